@@ -1,0 +1,161 @@
+//! Configuration: a TOML file whose every key has a default.
+//!
+//! The defaults live in `config/default.toml` (compiled in), so the file a
+//! user reads is the one the code uses. Unknown keys are errors; values are
+//! validated on load.
+
+use crate::error::{Error, Result};
+use serde::Deserialize;
+use std::path::Path;
+
+const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// All of shoal's settings.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Limits on what one request may ask for.
+    pub limits: Limits,
+    /// How searches run.
+    pub search: SearchConfig,
+    /// How ingest writes data.
+    pub ingest: IngestConfig,
+}
+
+/// Limits on requests; exceeding one is a clear error, never a partial result.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest k per query.
+    pub max_k: usize,
+    /// Largest offset per query.
+    pub max_offset: usize,
+    /// Most query vectors in one batch.
+    pub max_batch_size: usize,
+    /// Largest vector dimension of a column.
+    pub max_dim: usize,
+}
+
+/// Search execution settings.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SearchConfig {
+    /// Scan threads per search; 0 means one per core.
+    pub threads: usize,
+}
+
+/// Ingest settings.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Rows per fragment file.
+    pub rows_per_fragment: usize,
+    /// Rows converted per chunk while ingesting.
+    pub chunk_rows: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        // The compiled-in defaults are tested to parse and validate.
+        Config::from_toml_str("").expect("config/default.toml is valid")
+    }
+}
+
+impl Config {
+    /// Parses a TOML document; keys it leaves out take their defaults.
+    pub fn from_toml_str(text: &str) -> Result<Config> {
+        let mut merged: toml::Table = DEFAULT_TOML
+            .parse()
+            .map_err(|e| Error::Internal(format!("default config: {e}")))?;
+        let user: toml::Table = text
+            .parse()
+            .map_err(|e| Error::InvalidArgument(format!("config: {e}")))?;
+        for (section, value) in user {
+            match (merged.get_mut(&section), value) {
+                (Some(toml::Value::Table(base)), toml::Value::Table(over)) => {
+                    for (k, v) in over {
+                        if !base.contains_key(&k) {
+                            return Err(Error::InvalidArgument(format!(
+                                "config: unknown key '{section}.{k}'"
+                            )));
+                        }
+                        base.insert(k, v);
+                    }
+                }
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "config: unknown section '{section}'"
+                    )))
+                }
+            }
+        }
+        let config: Config = toml::Value::Table(merged)
+            .try_into()
+            .map_err(|e| Error::InvalidArgument(format!("config: {e}")))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads a config file.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Config::from_toml_str(&text)
+    }
+
+    /// Checks value ranges.
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("limits.max_k", self.limits.max_k),
+            ("limits.max_batch_size", self.limits.max_batch_size),
+            ("limits.max_dim", self.limits.max_dim),
+            ("ingest.rows_per_fragment", self.ingest.rows_per_fragment),
+            ("ingest.chunk_rows", self.ingest.chunk_rows),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "config: {name} must be at least 1"
+                )));
+            }
+        }
+        if self.ingest.rows_per_fragment > u32::MAX as usize {
+            return Err(Error::InvalidArgument(
+                "config: ingest.rows_per_fragment must fit in 32 bits".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Scan threads to use: the configured number, or one per core.
+    pub fn scan_threads(&self) -> usize {
+        if self.search.threads > 0 {
+            self.search.threads
+        } else {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_and_overrides_apply() {
+        let d = Config::default();
+        assert_eq!(d.limits.max_k, 10000);
+        let c = Config::from_toml_str("[limits]\nmax_k = 5\n").unwrap();
+        assert_eq!(c.limits.max_k, 5);
+        assert_eq!(c.limits.max_batch_size, d.limits.max_batch_size);
+    }
+
+    #[test]
+    fn typos_and_bad_values_are_errors() {
+        assert!(Config::from_toml_str("[limits]\nmax_kk = 5\n").is_err());
+        assert!(Config::from_toml_str("[limitz]\nmax_k = 5\n").is_err());
+        assert!(Config::from_toml_str("[limits]\nmax_k = 0\n").is_err());
+        assert!(Config::from_toml_str("[limits]\nmax_k = 'x'\n").is_err());
+    }
+}

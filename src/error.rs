@@ -1,0 +1,146 @@
+//! The one error type of shoal.
+//!
+//! Variants fall into two families: user errors (bad input, limits, conflicts,
+//! missing things the user named) that map to HTTP 4xx, and internal errors
+//! (I/O, corruption, bugs) that map to 5xx. [`Error::is_user_error`] tells
+//! which. Errors are `Clone` so that one batch-wide failure can be fanned out
+//! to every caller of the batch.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Everything that can go wrong in shoal.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// A query or input vector has the wrong number of dimensions.
+    #[error("vector has dimension {got}, but column '{column}' has dimension {expected}")]
+    DimensionMismatch {
+        column: String,
+        expected: usize,
+        got: usize,
+    },
+    /// A vector contains NaN or an infinite value.
+    #[error("{what} contains a non-finite value (NaN or infinity) at position {position}")]
+    NonFinite { what: String, position: usize },
+    /// A request is malformed in a way not covered by a more specific variant.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A configured limit was exceeded (k, batch size, payload, ...).
+    #[error("{what} is {value}, above the configured maximum of {max}")]
+    LimitExceeded {
+        what: &'static str,
+        value: usize,
+        max: usize,
+    },
+    /// A column named by the user does not exist.
+    #[error("unknown column '{name}'{}", available_hint(.available))]
+    UnknownColumn {
+        name: String,
+        available: Vec<String>,
+    },
+    /// A column exists but has the wrong type for the requested use.
+    #[error("column '{name}' is {actual}, expected {expected}")]
+    WrongColumnType {
+        name: String,
+        expected: String,
+        actual: String,
+    },
+    /// A filter expression failed to parse or type-check.
+    #[error("bad filter: {message}")]
+    Filter { message: String },
+    /// The dataset directory does not exist.
+    #[error("no dataset at {0}")]
+    DatasetNotFound(PathBuf),
+    /// The directory exists but is not a shoal dataset.
+    #[error("{0} is not a shoal dataset (no _versions/ directory with a manifest)")]
+    NotADataset(PathBuf),
+    /// A dataset already exists where one is to be created.
+    #[error("a dataset already exists at {0}")]
+    DatasetExists(PathBuf),
+    /// The requested version does not exist.
+    #[error("version {requested} does not exist (latest is {latest})")]
+    VersionNotFound { requested: u64, latest: u64 },
+    /// Another writer committed the same version first; nothing was written.
+    #[error("commit conflict: version {version} was committed by another writer; reopen the dataset and retry")]
+    CommitConflict { version: u64 },
+    /// Data appended does not fit the dataset's schema.
+    #[error("schema mismatch: {0}")]
+    SchemaMismatch(String),
+    /// An input file is truncated or malformed; the message says where.
+    #[error("malformed input {path}: {message}")]
+    MalformedInput { path: PathBuf, message: String },
+    /// An on-disk file of the dataset is damaged.
+    #[error("corrupt dataset file {path}: {message}")]
+    Corrupt { path: PathBuf, message: String },
+    /// An operating-system I/O error.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// An error from the Arrow or Parquet libraries.
+    #[error("arrow/parquet error: {0}")]
+    Arrow(String),
+    /// A bug: an invariant of shoal itself did not hold.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn available_hint(available: &[String]) -> String {
+    if available.is_empty() {
+        String::new()
+    } else {
+        format!(" (columns: {})", available.join(", "))
+    }
+}
+
+impl Error {
+    /// True when the caller caused the error (4xx), false for server-side
+    /// failures (5xx).
+    pub fn is_user_error(&self) -> bool {
+        !matches!(
+            self,
+            Error::Io { .. } | Error::Corrupt { .. } | Error::Arrow(_) | Error::Internal(_)
+        )
+    }
+
+    /// Wraps an I/O error with the path it happened on.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// A malformed-input error for `path`.
+    pub fn malformed(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Error::MalformedInput {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A corruption error for `path`.
+    pub fn corrupt(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Error::Corrupt {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<arrow_schema::ArrowError> for Error {
+    fn from(e: arrow_schema::ArrowError) -> Self {
+        Error::Arrow(e.to_string())
+    }
+}
+
+impl From<parquet::errors::ParquetError> for Error {
+    fn from(e: parquet::errors::ParquetError) -> Self {
+        Error::Arrow(e.to_string())
+    }
+}
+
+/// Shorthand for results in shoal.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

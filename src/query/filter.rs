@@ -1,0 +1,712 @@
+//! Filters: SQL boolean expressions over scalar columns.
+//!
+//! Parsed with `sqlparser`, then compiled against a schema into a small
+//! predicate tree (columns resolved, types checked), then evaluated per
+//! fragment into a bitmap of matching row offsets. Evaluation follows SQL's
+//! three-valued logic: a comparison with NULL is unknown, and only rows whose
+//! predicate is *true* match.
+//!
+//! Supported: `= != <> < <= > >=`, `AND OR NOT`, parentheses, `IN (...)`,
+//! `BETWEEN a AND b`, `IS [NOT] NULL`, `[NOT] LIKE 'pattern'` (`%` and `_`),
+//! literals of int, float, string and bool. A column is compared with a
+//! literal (either side); column-to-column comparisons are not supported.
+
+use crate::error::{Error, Result};
+use crate::storage::schema::{ColumnType, Schema};
+use arrow_array::{Array, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use roaring::RoaringBitmap;
+use sqlparser::ast::{BinaryOperator, Expr, Ident, UnaryOperator, Value};
+use sqlparser::dialect::GenericDialect;
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::Token;
+
+/// A literal value in a filter.
+#[derive(Clone, Debug, PartialEq)]
+enum Literal {
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Bool(bool),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    fn flipped(self) -> CmpOp {
+        match self {
+            CmpOp::Lt => CmpOp::Gt,
+            CmpOp::Le => CmpOp::Ge,
+            CmpOp::Gt => CmpOp::Lt,
+            CmpOp::Ge => CmpOp::Le,
+            other => other,
+        }
+    }
+
+    fn holds(self, ord: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::*;
+        match self {
+            CmpOp::Eq => ord == Equal,
+            CmpOp::Ne => ord != Equal,
+            CmpOp::Lt => ord == Less,
+            CmpOp::Le => ord != Greater,
+            CmpOp::Gt => ord == Greater,
+            CmpOp::Ge => ord != Less,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Pred {
+    Cmp {
+        column: String,
+        op: CmpOp,
+        value: Literal,
+    },
+    InList {
+        column: String,
+        values: Vec<Literal>,
+        negated: bool,
+    },
+    IsNull {
+        column: String,
+        negated: bool,
+    },
+    Like {
+        column: String,
+        pattern: Vec<char>,
+        negated: bool,
+    },
+    And(Box<Pred>, Box<Pred>),
+    Or(Box<Pred>, Box<Pred>),
+    Not(Box<Pred>),
+    Const(bool),
+}
+
+/// A parsed and type-checked filter, ready to evaluate on fragments.
+#[derive(Clone, Debug)]
+pub struct Filter {
+    sql: String,
+    pred: Pred,
+}
+
+impl Filter {
+    /// Parses `sql` and checks it against `schema`. Errors name the problem
+    /// and, where the parser gives one, its position.
+    pub fn parse(sql: &str, schema: &Schema) -> Result<Filter> {
+        if sql.trim().is_empty() {
+            return Err(Error::Filter {
+                message: "the filter is empty".into(),
+            });
+        }
+        let dialect = GenericDialect {};
+        let mut parser = Parser::new(&dialect)
+            .try_with_sql(sql)
+            .map_err(|e| Error::Filter {
+                message: e.to_string(),
+            })?;
+        let expr = parser.parse_expr().map_err(|e| {
+            let message = e.to_string();
+            Error::Filter {
+                message: if message.contains("Line:") {
+                    message
+                } else {
+                    format!("{message} (at the end of the filter)")
+                },
+            }
+        })?;
+        let next = parser.peek_token();
+        if next.token != Token::EOF {
+            return Err(Error::Filter {
+                message: format!(
+                    "unexpected '{}' at Line: {}, Column: {}",
+                    next.token, next.span.start.line, next.span.start.column
+                ),
+            });
+        }
+        let pred = compile(&expr, schema)?;
+        Ok(Filter {
+            sql: sql.to_string(),
+            pred,
+        })
+    }
+
+    /// The filter's source text.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// Offsets of the rows of `batch` for which the filter is true.
+    pub fn evaluate(&self, batch: &RecordBatch) -> Result<RoaringBitmap> {
+        let truth = eval(&self.pred, batch)?;
+        Ok(truth
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| **t == Some(true))
+            .map(|(i, _)| i as u32)
+            .collect())
+    }
+}
+
+fn filter_err(message: String) -> Error {
+    Error::Filter { message }
+}
+
+fn at(ident: &Ident) -> String {
+    let p = ident.span.start;
+    if p.line > 0 {
+        format!(" at Line: {}, Column: {}", p.line, p.column)
+    } else {
+        String::new()
+    }
+}
+
+fn column_of<'a>(expr: &'a Expr, schema: &'a Schema) -> Result<Option<(&'a str, &'a ColumnType)>> {
+    let ident = match expr {
+        Expr::Identifier(id) => id,
+        Expr::Nested(inner) => return column_of(inner, schema),
+        Expr::CompoundIdentifier(parts) if parts.len() == 1 => &parts[0],
+        _ => return Ok(None),
+    };
+    match schema.columns.iter().find(|c| c.name == ident.value) {
+        Some(c) => {
+            if let ColumnType::Vector { .. } = c.ty {
+                return Err(filter_err(format!(
+                    "column '{}'{} is a vector column; filters work on scalar columns",
+                    ident.value,
+                    at(ident)
+                )));
+            }
+            Ok(Some((c.name.as_str(), &c.ty)))
+        }
+        None => Err(filter_err(format!(
+            "unknown column '{}'{} (columns: {})",
+            ident.value,
+            at(ident),
+            schema.names().join(", ")
+        ))),
+    }
+}
+
+fn literal_of(expr: &Expr) -> Result<Option<Literal>> {
+    match expr {
+        Expr::Value(v) => match &v.value {
+            Value::Number(s, _) => {
+                if let Ok(i) = s.parse::<i64>() {
+                    Ok(Some(Literal::Int(i)))
+                } else {
+                    s.parse::<f64>()
+                        .map(|f| Some(Literal::Float(f)))
+                        .map_err(|_| filter_err(format!("bad number '{s}'")))
+                }
+            }
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => {
+                Ok(Some(Literal::Str(s.clone())))
+            }
+            Value::Boolean(b) => Ok(Some(Literal::Bool(*b))),
+            Value::Null => Err(filter_err(
+                "comparison with NULL is never true; use IS NULL or IS NOT NULL".into(),
+            )),
+            other => Err(filter_err(format!("unsupported literal {other}"))),
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => match literal_of(expr)? {
+            Some(Literal::Int(i)) => Ok(Some(Literal::Int(-i))),
+            Some(Literal::Float(f)) => Ok(Some(Literal::Float(-f))),
+            _ => Err(filter_err(format!("cannot negate {expr}"))),
+        },
+        Expr::Nested(inner) => literal_of(inner),
+        _ => Ok(None),
+    }
+}
+
+/// Checks that `lit` can be compared with a column of type `ty`.
+fn check_type(column: &str, ty: &ColumnType, lit: &Literal) -> Result<()> {
+    let ok = matches!(
+        (ty, lit),
+        (
+            ColumnType::Int64 | ColumnType::Float64,
+            Literal::Int(_) | Literal::Float(_)
+        ) | (ColumnType::Utf8, Literal::Str(_))
+            | (ColumnType::Bool, Literal::Bool(_))
+    );
+    if ok {
+        Ok(())
+    } else {
+        let lit_desc = match lit {
+            Literal::Int(i) => format!("the integer {i}"),
+            Literal::Float(f) => format!("the number {f}"),
+            Literal::Str(s) => format!("the string '{s}'"),
+            Literal::Bool(b) => format!("the boolean {b}"),
+        };
+        Err(filter_err(format!(
+            "type mismatch: column '{column}' is {} but is compared with {lit_desc}",
+            ty.describe()
+        )))
+    }
+}
+
+fn column_and_literal(
+    left: &Expr,
+    right: &Expr,
+    schema: &Schema,
+) -> Result<(String, Literal, bool)> {
+    if let Some((name, ty)) = column_of(left, schema)? {
+        let lit = literal_of(right)?.ok_or_else(|| {
+            filter_err(format!(
+                "'{right}' must be a literal (column-to-column comparisons are not supported)"
+            ))
+        })?;
+        check_type(name, ty, &lit)?;
+        return Ok((name.to_string(), lit, false));
+    }
+    if let Some((name, ty)) = column_of(right, schema)? {
+        let lit =
+            literal_of(left)?.ok_or_else(|| filter_err(format!("'{left}' must be a literal")))?;
+        check_type(name, ty, &lit)?;
+        return Ok((name.to_string(), lit, true));
+    }
+    Err(filter_err(format!(
+        "comparison '{left}' vs '{right}' names no column"
+    )))
+}
+
+fn compile(expr: &Expr, schema: &Schema) -> Result<Pred> {
+    Ok(match expr {
+        Expr::Nested(inner) => compile(inner, schema)?,
+        Expr::BinaryOp { left, op, right } => match op {
+            BinaryOperator::And => Pred::And(
+                Box::new(compile(left, schema)?),
+                Box::new(compile(right, schema)?),
+            ),
+            BinaryOperator::Or => Pred::Or(
+                Box::new(compile(left, schema)?),
+                Box::new(compile(right, schema)?),
+            ),
+            BinaryOperator::Eq
+            | BinaryOperator::NotEq
+            | BinaryOperator::Lt
+            | BinaryOperator::LtEq
+            | BinaryOperator::Gt
+            | BinaryOperator::GtEq => {
+                let cmp = match op {
+                    BinaryOperator::Eq => CmpOp::Eq,
+                    BinaryOperator::NotEq => CmpOp::Ne,
+                    BinaryOperator::Lt => CmpOp::Lt,
+                    BinaryOperator::LtEq => CmpOp::Le,
+                    BinaryOperator::Gt => CmpOp::Gt,
+                    _ => CmpOp::Ge,
+                };
+                let (column, value, flipped) = column_and_literal(left, right, schema)?;
+                Pred::Cmp {
+                    column,
+                    op: if flipped { cmp.flipped() } else { cmp },
+                    value,
+                }
+            }
+            other => {
+                return Err(filter_err(format!(
+                    "unsupported operator {other} in '{expr}'"
+                )))
+            }
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Not,
+            expr,
+        } => Pred::Not(Box::new(compile(expr, schema)?)),
+        Expr::IsNull(inner) | Expr::IsNotNull(inner) => {
+            let (column, _) = column_of(inner, schema)?
+                .ok_or_else(|| filter_err(format!("IS NULL needs a column, got '{inner}'")))?;
+            Pred::IsNull {
+                column: column.to_string(),
+                negated: matches!(expr, Expr::IsNotNull(_)),
+            }
+        }
+        Expr::InList {
+            expr: inner,
+            list,
+            negated,
+        } => {
+            let (column, ty) = column_of(inner, schema)?.ok_or_else(|| {
+                filter_err(format!("IN needs a column on its left, got '{inner}'"))
+            })?;
+            let mut values = Vec::new();
+            for item in list {
+                let lit = literal_of(item)?.ok_or_else(|| {
+                    filter_err(format!("IN list item '{item}' must be a literal"))
+                })?;
+                check_type(column, ty, &lit)?;
+                values.push(lit);
+            }
+            Pred::InList {
+                column: column.to_string(),
+                values,
+                negated: *negated,
+            }
+        }
+        Expr::Between {
+            expr: inner,
+            negated,
+            low,
+            high,
+        } => {
+            let (column, lo, _) = column_and_literal(inner, low, schema)?;
+            let (_, hi, _) = column_and_literal(inner, high, schema)?;
+            let range = Pred::And(
+                Box::new(Pred::Cmp {
+                    column: column.clone(),
+                    op: CmpOp::Ge,
+                    value: lo,
+                }),
+                Box::new(Pred::Cmp {
+                    column,
+                    op: CmpOp::Le,
+                    value: hi,
+                }),
+            );
+            if *negated {
+                Pred::Not(Box::new(range))
+            } else {
+                range
+            }
+        }
+        Expr::Like {
+            negated,
+            expr: inner,
+            pattern,
+            escape_char,
+            any,
+            ..
+        } => {
+            if escape_char.is_some() || *any {
+                return Err(filter_err(
+                    "LIKE ... ESCAPE / LIKE ANY are not supported".into(),
+                ));
+            }
+            let (column, ty) = column_of(inner, schema)?.ok_or_else(|| {
+                filter_err(format!("LIKE needs a column on its left, got '{inner}'"))
+            })?;
+            let Some(Literal::Str(p)) = literal_of(pattern)? else {
+                return Err(filter_err(format!(
+                    "LIKE needs a string pattern, got '{pattern}'"
+                )));
+            };
+            if *ty != ColumnType::Utf8 {
+                return Err(filter_err(format!(
+                    "type mismatch: LIKE needs a utf8 column, '{column}' is {}",
+                    ty.describe()
+                )));
+            }
+            Pred::Like {
+                column: column.to_string(),
+                pattern: p.chars().collect(),
+                negated: *negated,
+            }
+        }
+        Expr::Value(_) => match literal_of(expr)? {
+            Some(Literal::Bool(b)) => Pred::Const(b),
+            _ => return Err(filter_err(format!("'{expr}' is not a boolean expression"))),
+        },
+        Expr::Identifier(_) | Expr::CompoundIdentifier(_) => {
+            let (column, ty) = column_of(expr, schema)?
+                .ok_or_else(|| filter_err(format!("'{expr}' is not a boolean expression")))?;
+            if *ty != ColumnType::Bool {
+                return Err(filter_err(format!(
+                    "column '{column}' is {}, not a boolean expression",
+                    ty.describe()
+                )));
+            }
+            Pred::Cmp {
+                column: column.to_string(),
+                op: CmpOp::Eq,
+                value: Literal::Bool(true),
+            }
+        }
+        other => return Err(filter_err(format!("unsupported expression '{other}'"))),
+    })
+}
+
+/// SQL LIKE: `%` matches any run of characters, `_` exactly one.
+fn like(text: &str, pattern: &[char]) -> bool {
+    let t: Vec<char> = text.chars().collect();
+    // Classic wildcard matching with backtracking over the last '%'.
+    let (mut ti, mut pi) = (0usize, 0usize);
+    let (mut star, mut mark) = (None::<usize>, 0usize);
+    while ti < t.len() {
+        if pi < pattern.len() && (pattern[pi] == '_' || pattern[pi] == t[ti]) {
+            ti += 1;
+            pi += 1;
+        } else if pi < pattern.len() && pattern[pi] == '%' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    pattern[pi..].iter().all(|c| *c == '%')
+}
+
+type Truth = Vec<Option<bool>>;
+
+fn compare_literal(value: &Literal, row: RowValue<'_>) -> Option<std::cmp::Ordering> {
+    match (row, value) {
+        (RowValue::Int(a), Literal::Int(b)) => Some(a.cmp(b)),
+        (RowValue::Int(a), Literal::Float(b)) => (a as f64).partial_cmp(b),
+        (RowValue::Float(a), Literal::Int(b)) => a.partial_cmp(&(*b as f64)),
+        (RowValue::Float(a), Literal::Float(b)) => a.partial_cmp(b),
+        (RowValue::Str(a), Literal::Str(b)) => Some(a.cmp(b.as_str())),
+        (RowValue::Bool(a), Literal::Bool(b)) => Some(a.cmp(b)),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum RowValue<'a> {
+    Int(i64),
+    Float(f64),
+    Str(&'a str),
+    Bool(bool),
+}
+
+/// Calls `f` with each row's value of `column` (None for NULL).
+fn map_column(
+    batch: &RecordBatch,
+    column: &str,
+    mut f: impl FnMut(Option<RowValue<'_>>) -> Option<bool>,
+) -> Result<Truth> {
+    let array = batch.column_by_name(column).ok_or_else(|| {
+        Error::Internal(format!("filter column '{column}' missing from fragment"))
+    })?;
+    let any = array.as_any();
+    let n = array.len();
+    let out = if let Some(a) = any.downcast_ref::<Int64Array>() {
+        (0..n)
+            .map(|i| f(a.is_valid(i).then(|| RowValue::Int(a.value(i)))))
+            .collect()
+    } else if let Some(a) = any.downcast_ref::<Float64Array>() {
+        (0..n)
+            .map(|i| f(a.is_valid(i).then(|| RowValue::Float(a.value(i)))))
+            .collect()
+    } else if let Some(a) = any.downcast_ref::<StringArray>() {
+        (0..n)
+            .map(|i| f(a.is_valid(i).then(|| RowValue::Str(a.value(i)))))
+            .collect()
+    } else if let Some(a) = any.downcast_ref::<BooleanArray>() {
+        (0..n)
+            .map(|i| f(a.is_valid(i).then(|| RowValue::Bool(a.value(i)))))
+            .collect()
+    } else {
+        return Err(Error::Internal(format!(
+            "filter column '{column}' has an unexpected type"
+        )));
+    };
+    Ok(out)
+}
+
+fn eval(pred: &Pred, batch: &RecordBatch) -> Result<Truth> {
+    Ok(match pred {
+        Pred::Const(b) => vec![Some(*b); batch.num_rows()],
+        Pred::Cmp { column, op, value } => map_column(batch, column, |v| {
+            v.and_then(|v| compare_literal(value, v))
+                .map(|o| op.holds(o))
+        })?,
+        Pred::InList {
+            column,
+            values,
+            negated,
+        } => map_column(batch, column, |v| {
+            let v = v?;
+            let found = values
+                .iter()
+                .any(|l| compare_literal(l, v) == Some(std::cmp::Ordering::Equal));
+            Some(found != *negated)
+        })?,
+        Pred::IsNull { column, negated } => {
+            map_column(batch, column, |v| Some(v.is_none() != *negated))?
+        }
+        Pred::Like {
+            column,
+            pattern,
+            negated,
+        } => map_column(batch, column, |v| match v? {
+            RowValue::Str(s) => Some(like(s, pattern) != *negated),
+            _ => None,
+        })?,
+        Pred::Not(inner) => eval(inner, batch)?
+            .into_iter()
+            .map(|t| t.map(|b| !b))
+            .collect(),
+        Pred::And(a, b) => eval(a, batch)?
+            .into_iter()
+            .zip(eval(b, batch)?)
+            .map(|(x, y)| match (x, y) {
+                (Some(false), _) | (_, Some(false)) => Some(false),
+                (Some(true), Some(true)) => Some(true),
+                _ => None,
+            })
+            .collect(),
+        Pred::Or(a, b) => eval(a, batch)?
+            .into_iter()
+            .zip(eval(b, batch)?)
+            .map(|(x, y)| match (x, y) {
+                (Some(true), _) | (_, Some(true)) => Some(true),
+                (Some(false), Some(false)) => Some(false),
+                _ => None,
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::Metric;
+    use std::sync::Arc;
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            (
+                "v".into(),
+                ColumnType::Vector {
+                    dim: 2,
+                    metric: Metric::L2,
+                },
+            ),
+            ("len".into(), ColumnType::Int64),
+            ("score".into(), ColumnType::Float64),
+            ("category".into(), ColumnType::Utf8),
+            ("flag".into(), ColumnType::Bool),
+        ])
+        .unwrap()
+    }
+
+    fn batch() -> RecordBatch {
+        RecordBatch::try_from_iter(vec![
+            (
+                "id",
+                Arc::new(Int64Array::from(vec![0, 1, 2, 3, 4])) as Arc<dyn Array>,
+            ),
+            (
+                "len",
+                Arc::new(Int64Array::from(vec![
+                    Some(3),
+                    Some(12),
+                    None,
+                    Some(7),
+                    Some(20),
+                ])) as _,
+            ),
+            (
+                "score",
+                Arc::new(Float64Array::from(vec![0.5, 1.5, 2.5, f64::NAN, -1.0])) as _,
+            ),
+            (
+                "category",
+                Arc::new(StringArray::from(vec![
+                    Some("noun"),
+                    Some("verb"),
+                    Some("noun"),
+                    None,
+                    Some("nounish"),
+                ])) as _,
+            ),
+            (
+                "flag",
+                Arc::new(BooleanArray::from(vec![
+                    Some(true),
+                    Some(false),
+                    None,
+                    Some(true),
+                    Some(false),
+                ])) as _,
+            ),
+        ])
+        .unwrap()
+    }
+
+    fn rows(sql: &str) -> Vec<u32> {
+        Filter::parse(sql, &schema())
+            .unwrap()
+            .evaluate(&batch())
+            .unwrap()
+            .iter()
+            .collect()
+    }
+
+    #[test]
+    fn evaluates_with_three_valued_logic() {
+        assert_eq!(rows("category = 'noun' AND len < 12"), vec![0]);
+        assert_eq!(rows("len >= 7"), vec![1, 3, 4]);
+        assert_eq!(rows("NOT (len >= 7)"), vec![0]);
+        assert_eq!(rows("12 > len"), vec![0, 3]);
+        assert_eq!(rows("len IN (3, 20)"), vec![0, 4]);
+        assert_eq!(rows("len NOT IN (3, 20)"), vec![1, 3]);
+        assert_eq!(rows("len BETWEEN 7 AND 12"), vec![1, 3]);
+        assert_eq!(rows("len NOT BETWEEN 7 AND 12"), vec![0, 4]);
+        assert_eq!(rows("len IS NULL"), vec![2]);
+        assert_eq!(rows("category IS NOT NULL"), vec![0, 1, 2, 4]);
+        assert_eq!(rows("category LIKE 'noun%'"), vec![0, 2, 4]);
+        assert_eq!(rows("category LIKE 'n_un'"), vec![0, 2]);
+        assert_eq!(rows("category NOT LIKE 'noun%'"), vec![1]);
+        assert_eq!(rows("flag"), vec![0, 3]);
+        assert_eq!(rows("flag = false OR len IS NULL"), vec![1, 2, 4]);
+        assert_eq!(rows("score > 1 OR score < 0"), vec![1, 2, 4]);
+        assert_eq!(rows("len != 3"), vec![1, 3, 4]);
+        assert_eq!(rows("score < -0.5"), vec![4]);
+        assert_eq!(rows("true"), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn bad_filters_get_clear_errors() {
+        let err = |sql: &str| Filter::parse(sql, &schema()).unwrap_err().to_string();
+        assert!(
+            err("nope = 1").contains("unknown column 'nope' at Line: 1, Column: 1"),
+            "{}",
+            err("nope = 1")
+        );
+        assert!(err("len = 'abc'").contains("type mismatch"));
+        assert!(err("category = 3").contains("type mismatch"));
+        assert!(
+            err("len = ").contains("end of the filter"),
+            "{}",
+            err("len = ")
+        );
+        assert!(
+            err("len = = 3").contains("Line: 1, Column: 7"),
+            "{}",
+            err("len = = 3")
+        );
+        assert!(err("len = 1 garbage").contains("unexpected"));
+        assert!(err("v = 1").contains("vector column"));
+        assert!(err("len = NULL").contains("IS NULL"));
+        assert!(err("len = len").contains("literal"));
+        assert!(err("").contains("empty"));
+        assert!(err("len LIKE 'a%'").contains("utf8"));
+    }
+
+    #[test]
+    fn like_matches_sql_semantics() {
+        let p = |s: &str| s.chars().collect::<Vec<_>>();
+        assert!(like("abc", &p("a%")));
+        assert!(like("abc", &p("%c")));
+        assert!(like("abc", &p("%b%")));
+        assert!(like("abc", &p("a_c")));
+        assert!(!like("abc", &p("a_")));
+        assert!(like("", &p("%")));
+        assert!(!like("abd", &p("%c")));
+    }
+}

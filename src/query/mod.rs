@@ -1,0 +1,12 @@
+//! What a search asks for ([`Query`], [`BatchQuery`]), how it is checked
+//! ([`ValidatedBatch`]), filters, top-k heaps and the results returned.
+
+pub mod filter;
+pub mod request;
+pub mod results;
+pub mod topk;
+
+pub use filter::Filter;
+pub use request::{BatchQuery, FilterMode, PerQuery, Query, SearchMode, ValidatedBatch};
+pub use results::{Hit, ScalarValue, SearchResults};
+pub use topk::{Candidate, TopK};

@@ -1,0 +1,281 @@
+//! Search requests and their validation.
+//!
+//! A request is checked completely before any work starts: a bad query gets
+//! an error of its own and never joins a batch.
+
+use crate::config::Limits;
+use crate::error::{Error, Result};
+use crate::index::distance::{fma_dot, PreparedQueries};
+use crate::index::Metric;
+use crate::query::filter::Filter;
+use crate::storage::schema::Schema;
+use serde::{Deserialize, Serialize};
+
+/// When a filter is applied relative to the vector search.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FilterMode {
+    /// Only rows matching the filter are candidates (always k rows if k match).
+    #[default]
+    Prefilter,
+    /// Search first, then drop non-matching rows (may return fewer than k).
+    Postfilter,
+}
+
+/// How a search is executed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// Brute force over every visible row, shared over the batch.
+    #[default]
+    Exact,
+}
+
+/// One vector's nearest-neighbour search.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Query {
+    /// Vector column to search; may be left out when there is only one.
+    pub column: Option<String>,
+    /// The query vector.
+    pub vector: Vec<f32>,
+    /// Rows wanted.
+    pub k: usize,
+    /// Best rows to skip before the k returned.
+    pub offset: usize,
+    /// SQL filter over scalar columns.
+    pub filter: Option<String>,
+    /// Pre- or post-filtering.
+    pub filter_mode: FilterMode,
+    /// Scalar columns to return with each row.
+    pub projection: Vec<String>,
+    /// Version to search; latest when `None`.
+    pub version: Option<u64>,
+    /// Metric; the column's default when `None`.
+    pub metric: Option<Metric>,
+    /// Execution mode.
+    pub mode: SearchMode,
+}
+
+impl Query {
+    /// A query for the `k` nearest rows to `vector`, with defaults elsewhere.
+    pub fn new(vector: Vec<f32>, k: usize) -> Self {
+        Query {
+            column: None,
+            vector,
+            k,
+            offset: 0,
+            filter: None,
+            filter_mode: FilterMode::Prefilter,
+            projection: Vec::new(),
+            version: None,
+            metric: None,
+            mode: SearchMode::Exact,
+        }
+    }
+
+    /// The equivalent batch of one.
+    pub fn into_batch(self) -> BatchQuery {
+        BatchQuery {
+            column: self.column,
+            vectors: vec![self.vector],
+            k: PerQuery::All(self.k),
+            offset: PerQuery::All(self.offset),
+            filter: self.filter,
+            filter_mode: self.filter_mode,
+            projection: self.projection,
+            version: self.version,
+            metric: self.metric,
+            mode: self.mode,
+        }
+    }
+}
+
+/// A value given once for the whole batch or once per query.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PerQuery {
+    /// The same value for every query.
+    All(usize),
+    /// One value per query, in query order.
+    Each(Vec<usize>),
+}
+
+impl PerQuery {
+    fn expand(&self, what: &str, n: usize) -> Result<Vec<usize>> {
+        match self {
+            PerQuery::All(v) => Ok(vec![*v; n]),
+            PerQuery::Each(vs) if vs.len() == n => Ok(vs.clone()),
+            PerQuery::Each(vs) => Err(Error::InvalidArgument(format!(
+                "{what} has {} values for {n} queries",
+                vs.len()
+            ))),
+        }
+    }
+}
+
+/// Many independent query vectors sharing one column, metric, filter,
+/// projection and version; each has its own k and offset.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchQuery {
+    /// Vector column to search; may be left out when there is only one.
+    pub column: Option<String>,
+    /// The query vectors (an n × dim matrix, one row per query).
+    pub vectors: Vec<Vec<f32>>,
+    /// Rows wanted, for all or per query.
+    pub k: PerQuery,
+    /// Rows skipped, for all or per query.
+    pub offset: PerQuery,
+    /// SQL filter over scalar columns.
+    pub filter: Option<String>,
+    /// Pre- or post-filtering.
+    pub filter_mode: FilterMode,
+    /// Scalar columns to return with each row.
+    pub projection: Vec<String>,
+    /// Version to search; latest when `None`.
+    pub version: Option<u64>,
+    /// Metric; the column's default when `None`.
+    pub metric: Option<Metric>,
+    /// Execution mode.
+    pub mode: SearchMode,
+}
+
+impl BatchQuery {
+    /// A batch asking for the `k` nearest rows to each vector.
+    pub fn new(vectors: Vec<Vec<f32>>, k: usize) -> Self {
+        let mut b = Query::new(Vec::new(), k).into_batch();
+        b.vectors = vectors;
+        b
+    }
+}
+
+/// A batch that passed every check, with queries prepared for the kernel.
+#[derive(Clone, Debug)]
+pub struct ValidatedBatch {
+    /// The vector column searched.
+    pub column: String,
+    /// Its dimension.
+    pub dim: usize,
+    /// The metric in force.
+    pub metric: Metric,
+    /// Queries normalised (cosine) and with norms.
+    pub queries: PreparedQueries,
+    /// k per query.
+    pub ks: Vec<usize>,
+    /// Offset per query.
+    pub offsets: Vec<usize>,
+    /// The compiled filter.
+    pub filter: Option<Filter>,
+    /// Pre- or post-filtering.
+    pub filter_mode: FilterMode,
+    /// Projected scalar columns.
+    pub projection: Vec<String>,
+}
+
+impl ValidatedBatch {
+    /// Checks `batch` against the schema and limits. Every problem a user
+    /// can cause is reported here, naming the query and position.
+    pub fn new(batch: &BatchQuery, schema: &Schema, limits: &Limits) -> Result<ValidatedBatch> {
+        let n = batch.vectors.len();
+        if n == 0 {
+            return Err(Error::InvalidArgument(
+                "the batch has no query vectors".into(),
+            ));
+        }
+        if n > limits.max_batch_size {
+            return Err(Error::LimitExceeded {
+                what: "batch size",
+                value: n,
+                max: limits.max_batch_size,
+            });
+        }
+        let (column, dim, default_metric) = schema.vector_column(batch.column.as_deref())?;
+        let metric = batch.metric.unwrap_or(default_metric);
+        let ks = batch.k.expand("k", n)?;
+        let offsets = batch.offset.expand("offset", n)?;
+        for (&k, &offset) in ks.iter().zip(&offsets) {
+            if k == 0 {
+                return Err(Error::InvalidArgument("k must be at least 1".into()));
+            }
+            if k > limits.max_k {
+                return Err(Error::LimitExceeded {
+                    what: "k",
+                    value: k,
+                    max: limits.max_k,
+                });
+            }
+            if offset > limits.max_offset {
+                return Err(Error::LimitExceeded {
+                    what: "offset",
+                    value: offset,
+                    max: limits.max_offset,
+                });
+            }
+        }
+        let mut flat = Vec::with_capacity(n * dim);
+        for (qi, v) in batch.vectors.iter().enumerate() {
+            let what = if n == 1 {
+                "query vector".to_string()
+            } else {
+                format!("query vector {qi}")
+            };
+            if v.is_empty() {
+                return Err(Error::InvalidArgument(format!("{what} is empty")));
+            }
+            if v.len() != dim {
+                return Err(Error::DimensionMismatch {
+                    column: column.to_string(),
+                    expected: dim,
+                    got: v.len(),
+                });
+            }
+            if let Some(position) = v.iter().position(|x| !x.is_finite()) {
+                return Err(Error::NonFinite { what, position });
+            }
+            let norm_sq = fma_dot(v, v);
+            if !norm_sq.is_finite() {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} is too large: its squared norm overflows float32"
+                )));
+            }
+            if metric == Metric::Cosine && norm_sq == 0.0 {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} is all zeros, which has no cosine distance"
+                )));
+            }
+            flat.extend_from_slice(v);
+        }
+        let filter = match &batch.filter {
+            Some(sql) => Some(Filter::parse(sql, schema)?),
+            None => None,
+        };
+        for name in &batch.projection {
+            schema.column(name)?;
+        }
+        Ok(ValidatedBatch {
+            column: column.to_string(),
+            dim,
+            metric,
+            queries: PreparedQueries::new(metric, dim, &flat),
+            ks,
+            offsets,
+            filter,
+            filter_mode: batch.filter_mode,
+            projection: batch.projection.clone(),
+        })
+    }
+
+    /// Number of queries.
+    pub fn len(&self) -> usize {
+        self.ks.len()
+    }
+
+    /// True for an empty batch (never, once validated).
+    pub fn is_empty(&self) -> bool {
+        self.ks.is_empty()
+    }
+
+    /// Heap capacity of query `i`: its k plus its offset.
+    pub fn depth(&self, i: usize) -> usize {
+        self.ks[i] + self.offsets[i]
+    }
+}

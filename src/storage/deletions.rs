@@ -1,0 +1,40 @@
+//! Deletion files: a roaring bitmap of deleted row offsets per fragment.
+//!
+//! A delete never rewrites data: it writes a new bitmap file (the union of
+//! the old one and the newly deleted offsets) named
+//! `deletions/<fragment>-<version>-<nonce>.bin` and points the next
+//! manifest at it.
+
+use crate::error::{Error, Result};
+use crate::storage::manifest::write_synced;
+use roaring::RoaringBitmap;
+use std::path::Path;
+
+/// Directory of deletion files inside a dataset.
+pub const DELETIONS_DIR: &str = "deletions";
+
+/// Reads a deletion bitmap.
+pub fn read_deletions(root: &Path, file: &str) -> Result<RoaringBitmap> {
+    let path = root.join(DELETIONS_DIR).join(file);
+    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::corrupt(&path, "deletion file is missing"),
+        _ => Error::io(&path, e),
+    })?;
+    RoaringBitmap::deserialize_from(&bytes[..]).map_err(|e| Error::corrupt(&path, e.to_string()))
+}
+
+/// Writes a deletion bitmap for `fragment_id` at `version`; returns its file name.
+pub fn write_deletions(
+    root: &Path,
+    fragment_id: u32,
+    version: u64,
+    bitmap: &RoaringBitmap,
+) -> Result<String> {
+    let file = format!("{fragment_id}-{version}-{:016x}.bin", rand::random::<u64>());
+    let mut bytes = Vec::with_capacity(bitmap.serialized_size());
+    bitmap
+        .serialize_into(&mut bytes)
+        .map_err(|e| Error::Internal(format!("serialising deletions: {e}")))?;
+    write_synced(&root.join(DELETIONS_DIR).join(&file), &bytes)?;
+    Ok(file)
+}

@@ -1,0 +1,188 @@
+//! Versioned manifests: one JSON file per committed version.
+//!
+//! `_versions/<20-digit version>.manifest` lists the schema, the fragments
+//! and their deletion files. A commit writes a temp file, fsyncs it, then
+//! hard-links it to its final name — a link fails if the name exists, so of
+//! two writers racing for the same version exactly one wins and the other
+//! gets [`Error::CommitConflict`]. A crash before the link leaves only a temp
+//! file, which readers ignore: the previous version stays the latest.
+
+use crate::error::{Error, Result};
+use crate::storage::schema::Schema;
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Directory of manifests inside a dataset.
+pub const VERSIONS_DIR: &str = "_versions";
+const SUFFIX: &str = ".manifest";
+/// The on-disk format this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One data fragment: an Arrow IPC file of rows, plus its deletions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FragmentMeta {
+    /// Fragment id: the high 32 bits of its rows' row ids.
+    pub id: u32,
+    /// File name under `data/`.
+    pub file: String,
+    /// Rows physically in the file (deleted or not).
+    pub rows: u64,
+    /// Deletion bitmap file under `deletions/`, if any row is deleted.
+    pub deletion_file: Option<String>,
+    /// Number of deleted rows.
+    pub deleted_rows: u64,
+}
+
+/// Everything that defines one version of a dataset.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// On-disk format version.
+    pub format: u32,
+    /// This manifest's version number (1 = the freshly created dataset).
+    pub version: u64,
+    /// Milliseconds since the Unix epoch when committed.
+    pub timestamp_ms: u64,
+    /// What produced this version (`create`, `append`, `delete`).
+    pub operation: String,
+    /// The dataset's schema.
+    pub schema: Schema,
+    /// The fragments visible in this version.
+    pub fragments: Vec<FragmentMeta>,
+    /// The id the next new fragment gets.
+    pub next_fragment_id: u32,
+    /// Rows ever appended; the default `id` of the next appended row.
+    pub rows_appended: u64,
+}
+
+impl Manifest {
+    /// Rows visible in this version (not deleted).
+    pub fn visible_rows(&self) -> u64 {
+        self.fragments.iter().map(|f| f.rows - f.deleted_rows).sum()
+    }
+}
+
+fn manifest_name(version: u64) -> String {
+    format!("{version:020}{SUFFIX}")
+}
+
+/// Path of the manifest of `version`.
+pub fn manifest_path(root: &Path, version: u64) -> PathBuf {
+    root.join(VERSIONS_DIR).join(manifest_name(version))
+}
+
+/// All committed version numbers, ascending.
+pub fn list_versions(root: &Path) -> Result<Vec<u64>> {
+    if !root.exists() {
+        return Err(Error::DatasetNotFound(root.to_path_buf()));
+    }
+    let dir = root.join(VERSIONS_DIR);
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::NotADataset(root.to_path_buf()))
+        }
+        Err(e) => return Err(Error::io(&dir, e)),
+    };
+    let mut versions = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(&dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(stem) = name.strip_suffix(SUFFIX) {
+            if stem.len() == 20 {
+                if let Ok(v) = stem.parse::<u64>() {
+                    versions.push(v);
+                }
+            }
+        }
+    }
+    if versions.is_empty() {
+        return Err(Error::NotADataset(root.to_path_buf()));
+    }
+    versions.sort_unstable();
+    Ok(versions)
+}
+
+/// Reads the manifest of `version`.
+pub fn read_manifest(root: &Path, version: u64) -> Result<Manifest> {
+    let path = manifest_path(root, version);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let latest = list_versions(root)?.last().copied().unwrap_or(0);
+            return Err(Error::VersionNotFound {
+                requested: version,
+                latest,
+            });
+        }
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    let manifest: Manifest =
+        serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e.to_string()))?;
+    if manifest.format != FORMAT_VERSION {
+        return Err(Error::corrupt(
+            &path,
+            format!(
+                "format {} is not supported by this build (expects {FORMAT_VERSION})",
+                manifest.format
+            ),
+        ));
+    }
+    if manifest.version != version {
+        return Err(Error::corrupt(
+            &path,
+            "version inside does not match its name",
+        ));
+    }
+    Ok(manifest)
+}
+
+/// Publishes `manifest` as its version. Fails with `CommitConflict` when
+/// that version already exists; never overwrites.
+pub fn commit_manifest(root: &Path, manifest: &Manifest) -> Result<()> {
+    let dir = root.join(VERSIONS_DIR);
+    let final_path = manifest_path(root, manifest.version);
+    let tmp_path = dir.join(format!(
+        ".tmp-{}-{}-{:016x}",
+        manifest.version,
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let json = serde_json::to_vec_pretty(manifest)
+        .map_err(|e| Error::Internal(format!("manifest serialisation: {e}")))?;
+    write_synced(&tmp_path, &json)?;
+    let linked = fs::hard_link(&tmp_path, &final_path);
+    let _ = fs::remove_file(&tmp_path);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(Error::CommitConflict {
+                version: manifest.version,
+            })
+        }
+        Err(e) => return Err(Error::io(&final_path, e)),
+    }
+    sync_dir(&dir)
+}
+
+/// Writes `bytes` to a new file and fsyncs it.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    f.sync_all().map_err(|e| Error::io(path, e))
+}
+
+/// Fsyncs a directory so that new names in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    match fs::File::open(dir) {
+        Ok(d) => d.sync_all().map_err(|e| Error::io(dir, e)),
+        Err(e) => Err(Error::io(dir, e)),
+    }
+}

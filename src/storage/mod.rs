@@ -1,0 +1,13 @@
+//! On-disk datasets: versioned manifests, Arrow fragments, deletion bitmaps
+//! and ingest from common vector file formats.
+
+pub mod conform;
+pub mod dataset;
+pub mod deletions;
+pub mod fragment;
+pub mod ingest;
+pub mod manifest;
+pub mod schema;
+
+pub use dataset::{Dataset, FragmentView, StagedCommit, VersionInfo};
+pub use schema::{Column, ColumnType, Schema, ID_COLUMN};

@@ -1,0 +1,214 @@
+//! Seeded fixtures and an independent float64 brute-force reference.
+
+use arrow_array::{
+    ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray,
+};
+use arrow_schema::{DataType, Field};
+use rand::{Rng, SeedableRng};
+use shoal::{ColumnType, Config, Dataset, Metric, Schema};
+use std::path::Path;
+use std::sync::Arc;
+
+/// One row as the test knows it, independent of shoal.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub id: i64,
+    pub vector: Vec<f32>,
+    pub category: Option<String>,
+    pub len: Option<i64>,
+    pub flag: bool,
+    pub deleted: bool,
+}
+
+pub const CATS: [&str; 4] = ["noun", "verb", "adj", "adv"];
+
+/// `n` rows starting at id `first_id`. Vectors have small integer
+/// coordinates so that exact distance ties are common, and every 7th row
+/// duplicates an earlier vector.
+pub fn make_rows(rng: &mut rand::rngs::StdRng, first_id: i64, n: usize, dim: usize) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::with_capacity(n);
+    for i in 0..n {
+        let vector = if i % 7 == 6 {
+            rows[rng.random_range(0..i)].vector.clone()
+        } else {
+            (0..dim)
+                .map(|_| rng.random_range(-4i32..=4) as f32 * 0.5)
+                .collect()
+        };
+        let id = first_id + i as i64;
+        rows.push(Row {
+            id,
+            vector,
+            category: if id % 11 == 0 {
+                None
+            } else {
+                Some(CATS[(id % 4) as usize].to_string())
+            },
+            len: if id % 13 == 0 { None } else { Some(id % 30) },
+            flag: id % 3 == 0,
+            deleted: false,
+        });
+    }
+    rows
+}
+
+pub fn schema(dim: usize, metric: Metric) -> Schema {
+    Schema::new(vec![
+        ("emb".into(), ColumnType::Vector { dim, metric }),
+        ("category".into(), ColumnType::Utf8),
+        ("len".into(), ColumnType::Int64),
+        ("flag".into(), ColumnType::Bool),
+    ])
+    .unwrap()
+}
+
+pub fn batch_of(rows: &[Row], dim: usize) -> RecordBatch {
+    let flat: Vec<f32> = rows.iter().flat_map(|r| r.vector.clone()).collect();
+    let list = FixedSizeListArray::try_new(
+        Arc::new(Field::new("item", DataType::Float32, false)),
+        dim as i32,
+        Arc::new(Float32Array::from(flat)),
+        None,
+    )
+    .unwrap();
+    RecordBatch::try_from_iter(vec![
+        (
+            "id",
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.id))) as ArrayRef,
+        ),
+        ("emb", Arc::new(list) as ArrayRef),
+        (
+            "category",
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.category.clone()).collect::<Vec<_>>(),
+            )) as ArrayRef,
+        ),
+        (
+            "len",
+            Arc::new(Int64Array::from(
+                rows.iter().map(|r| r.len).collect::<Vec<_>>(),
+            )) as ArrayRef,
+        ),
+        (
+            "flag",
+            Arc::new(BooleanArray::from(
+                rows.iter().map(|r| Some(r.flag)).collect::<Vec<_>>(),
+            )) as ArrayRef,
+        ),
+    ])
+    .unwrap()
+}
+
+/// A dataset with one fragment per entry of `fragments`, plus its rows.
+pub fn build(
+    dir: &Path,
+    fragments: &[usize],
+    dim: usize,
+    metric: Metric,
+    seed: u64,
+) -> (Dataset, Vec<Row>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut ds = Dataset::create(dir, schema(dim, metric), Config::default()).unwrap();
+    let mut all = Vec::new();
+    for &n in fragments {
+        let rows = make_rows(&mut rng, all.len() as i64, n, dim);
+        ds.append([Ok(batch_of(&rows, dim))]).unwrap();
+        all.extend(rows);
+    }
+    (ds, all)
+}
+
+/// Distance in float64, straight from the definitions.
+pub fn ref_distance(metric: Metric, q: &[f32], x: &[f32]) -> f64 {
+    let dot: f64 = q.iter().zip(x).map(|(a, b)| *a as f64 * *b as f64).sum();
+    let qq: f64 = q.iter().map(|a| (*a as f64).powi(2)).sum();
+    let xx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum();
+    match metric {
+        Metric::L2 => q
+            .iter()
+            .zip(x)
+            .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
+            .sum(),
+        Metric::Dot => -dot,
+        Metric::Cosine => {
+            if xx == 0.0 {
+                1.0
+            } else {
+                1.0 - dot / (qq.sqrt() * xx.sqrt())
+            }
+        }
+    }
+}
+
+/// The error bound the kernel promises for one pair.
+pub fn bound(metric: Metric, q: &[f32], x: &[f32]) -> f64 {
+    let qq: f64 = q.iter().map(|a| (*a as f64).powi(2)).sum();
+    let xx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum();
+    match metric {
+        Metric::Cosine => 1e-5,
+        _ => 1e-5 * (qq + xx) + 1e-6,
+    }
+}
+
+/// Brute-force top (offset + k) over visible rows passing `keep`, in
+/// `(distance, id)` order, then paged. Returns `(id, distance)` pairs.
+pub fn brute_force(
+    rows: &[Row],
+    metric: Metric,
+    q: &[f32],
+    k: usize,
+    offset: usize,
+    keep: &dyn Fn(&Row) -> bool,
+) -> Vec<(i64, f64)> {
+    let mut all: Vec<(i64, f64)> = rows
+        .iter()
+        .filter(|r| !r.deleted && keep(r))
+        .map(|r| (r.id, ref_distance(metric, q, &r.vector)))
+        .collect();
+    all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    all.into_iter().skip(offset).take(k).collect()
+}
+
+/// Checks shoal's hits against the reference: same length; position by
+/// position the returned row's true distance equals the reference's within
+/// the bound (so rows may only swap with near-ties); shoal's distance within
+/// the bound of the true one; no duplicates; every row allowed.
+pub fn assert_matches_reference(
+    hits: &[shoal::Hit],
+    reference: &[(i64, f64)],
+    rows: &[Row],
+    metric: Metric,
+    q: &[f32],
+    keep: &dyn Fn(&Row) -> bool,
+    context: &str,
+) {
+    assert_eq!(hits.len(), reference.len(), "{context}: row count");
+    let mut seen = std::collections::HashSet::new();
+    for (i, (h, (_, ref_d))) in hits.iter().zip(reference).enumerate() {
+        let row = &rows[h.id as usize];
+        assert!(
+            !row.deleted && keep(row),
+            "{context}: row {} should not be returned",
+            h.id
+        );
+        assert!(seen.insert(h.id), "{context}: row {} returned twice", h.id);
+        let true_d = ref_distance(metric, q, &row.vector);
+        let b = bound(metric, q, &row.vector);
+        assert!(
+            (true_d - ref_d).abs() <= 2.0 * b,
+            "{context}: position {i}: id {} at true distance {true_d}, reference has {ref_d}",
+            h.id
+        );
+        assert!(
+            (h.distance as f64 - true_d).abs() <= b,
+            "{context}: id {} distance {} vs true {true_d}",
+            h.id,
+            h.distance
+        );
+    }
+    for w in hits.windows(2) {
+        let ordered = w[0].distance < w[1].distance
+            || (w[0].distance == w[1].distance && w[0].row_id < w[1].row_id);
+        assert!(ordered, "{context}: rows out of (distance, row_id) order");
+    }
+}

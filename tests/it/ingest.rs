@@ -1,0 +1,287 @@
+//! Ingest of every supported format, and malformed files.
+
+use arrow_array::{
+    ArrayRef, FixedSizeListArray, Float32Array, Int32Array, ListArray, RecordBatch, StringArray,
+};
+use arrow_schema::{DataType, Field};
+use shoal::storage::ingest::{ingest, write_fvecs, IngestOptions};
+use shoal::{ColumnType, Config, Dataset, Error, Metric, Query, ScalarValue};
+use std::path::Path;
+use std::sync::Arc;
+
+fn vectors(n: usize, dim: usize) -> Vec<Vec<f32>> {
+    // Distinct rows: the first coordinate carries the row number.
+    (0..n)
+        .map(|i| {
+            (0..dim)
+                .map(|j| {
+                    if j == 0 {
+                        i as f32 * 0.01
+                    } else {
+                        ((i * 7 + j * 3) % 11) as f32 - 5.0
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn quiet() -> IngestOptions {
+    IngestOptions {
+        progress: false,
+        ..IngestOptions::default()
+    }
+}
+
+fn write_npy(path: &Path, rows: &[Vec<f32>], descr: &str) {
+    let dim = rows[0].len();
+    let mut header = format!(
+        "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}, {dim}), }}",
+        rows.len()
+    );
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for r in rows {
+        for x in r {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn fvecs_with_meta_gets_row_position_ids_and_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("base.fvecs");
+    let rows = vectors(1000, 12);
+    write_fvecs(&input, &rows).unwrap();
+    let meta = dir.path().join("meta.jsonl");
+    let text: String = (0..1000)
+        .map(|i| {
+            format!(
+                "{{\"word\": \"w{i}\", \"len\": {}, \"score\": {}}}\n",
+                i % 17,
+                i as f64 / 2.0
+            )
+        })
+        .collect();
+    std::fs::write(&meta, text).unwrap();
+    let config = Config::from_toml_str("[ingest]\nchunk_rows = 300\n").unwrap();
+    let opts = IngestOptions {
+        meta: Some(meta),
+        metric: Metric::Cosine,
+        ..quiet()
+    };
+    let report = ingest(&dir.path().join("ds"), &input, &opts, &config).unwrap();
+    assert_eq!(report.rows, 1000);
+    assert!(report.created);
+    let ds = Dataset::open(dir.path().join("ds")).unwrap();
+    let col = ds.schema().column("vector").unwrap();
+    assert_eq!(
+        col.ty,
+        ColumnType::Vector {
+            dim: 12,
+            metric: Metric::Cosine
+        }
+    );
+    assert_eq!(ds.schema().column("len").unwrap().ty, ColumnType::Int64);
+    assert_eq!(ds.schema().column("score").unwrap().ty, ColumnType::Float64);
+    let mut q = Query::new(rows[321].clone(), 1);
+    q.projection = vec!["word".into(), "len".into()];
+    q.filter = Some("word = 'w321'".into());
+    let hit = &ds.search(&q).unwrap().hits[0][0];
+    assert_eq!(hit.id, 321);
+    assert_eq!(
+        hit.values,
+        vec![
+            ScalarValue::Utf8("w321".into()),
+            ScalarValue::Int64(321 % 17)
+        ]
+    );
+    // A second ingest continues the ids.
+    let report = ingest(&dir.path().join("ds"), &input, &quiet(), &config).unwrap();
+    assert!(!report.created);
+    let ds = Dataset::open(dir.path().join("ds")).unwrap();
+    assert_eq!(ds.count_rows(), 2000);
+    let mut q = Query::new(rows[5].clone(), 2);
+    q.filter = Some("id >= 1000".into());
+    assert_eq!(ds.search(&q).unwrap().hits[0][0].id, 1005);
+}
+
+#[test]
+fn npy_parquet_and_jsonl_ingest() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = vectors(200, 8);
+    // npy
+    let npy = dir.path().join("v.npy");
+    write_npy(&npy, &rows, "<f4");
+    ingest(&dir.path().join("npy"), &npy, &quiet(), &Config::default()).unwrap();
+    let ds = Dataset::open(dir.path().join("npy")).unwrap();
+    assert_eq!(ds.count_rows(), 200);
+    assert_eq!(
+        ds.search(&Query::new(rows[42].clone(), 1)).unwrap().hits[0][0].id,
+        42
+    );
+    // parquet, List<Float32> and FixedSizeList<Float32> columns
+    for fixed in [false, true] {
+        let flat: Vec<f32> = rows.iter().flatten().copied().collect();
+        let values = Arc::new(Float32Array::from(flat));
+        let item = Arc::new(Field::new("item", DataType::Float32, true));
+        let vec_col: ArrayRef = if fixed {
+            Arc::new(FixedSizeListArray::try_new(item, 8, values, None).unwrap())
+        } else {
+            let offsets = arrow_buffer::OffsetBuffer::from_lengths(vec![8usize; 200]);
+            Arc::new(ListArray::try_new(item, offsets, values, None).unwrap())
+        };
+        let batch = RecordBatch::try_from_iter(vec![
+            ("emb", vec_col),
+            (
+                "n",
+                Arc::new(Int32Array::from_iter_values(0..200)) as ArrayRef,
+            ),
+            (
+                "tag",
+                Arc::new(StringArray::from_iter_values(
+                    (0..200).map(|i| format!("t{}", i % 3)),
+                )) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let path = dir.path().join(format!("v{fixed}.parquet"));
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let target = dir.path().join(format!("pq{fixed}"));
+        ingest(&target, &path, &quiet(), &Config::default()).unwrap();
+        let ds = Dataset::open(&target).unwrap();
+        assert_eq!(ds.schema().column("n").unwrap().ty, ColumnType::Int64);
+        let mut q = Query::new(rows[7].clone(), 1);
+        q.filter = Some("tag = 't1' AND n < 10".into());
+        assert_eq!(ds.search(&q).unwrap().hits[0][0].id, 7);
+    }
+    // jsonl
+    let jl = dir.path().join("rows.jsonl");
+    let text: String = rows
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            serde_json::json!({"id": 1000 + i, "emb": v, "ok": i % 2 == 0}).to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(&jl, text).unwrap();
+    ingest(&dir.path().join("jl"), &jl, &quiet(), &Config::default()).unwrap();
+    let ds = Dataset::open(dir.path().join("jl")).unwrap();
+    let mut q = Query::new(rows[9].clone(), 1);
+    q.column = Some("emb".into());
+    q.filter = Some("NOT ok".into());
+    assert_eq!(ds.search(&q).unwrap().hits[0][0].id, 1009);
+}
+
+fn expect_malformed(path: &Path, needle: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("ds");
+    // A dataset that already has a version: a failed ingest must not change it.
+    let good = dir.path().join("good.fvecs");
+    write_fvecs(&good, &vectors(5, 4)).unwrap();
+    ingest(&target, &good, &quiet(), &Config::default()).unwrap();
+    let before = Dataset::open(&target).unwrap();
+    let err = ingest(&target, path, &quiet(), &Config::default()).unwrap_err();
+    assert!(err.is_user_error(), "{err}");
+    assert!(
+        err.to_string().contains(needle),
+        "expected '{needle}' in: {err}"
+    );
+    let after = Dataset::open(&target).unwrap();
+    assert_eq!(after.version(), before.version());
+    assert_eq!(after.count_rows(), 5);
+}
+
+#[test]
+fn malformed_inputs_name_the_row_or_byte_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    // fvecs truncated inside the third record.
+    let mut bytes = Vec::new();
+    for v in vectors(3, 4) {
+        bytes.extend_from_slice(&4i32.to_le_bytes());
+        v.iter()
+            .for_each(|x| bytes.extend_from_slice(&x.to_le_bytes()));
+    }
+    bytes.truncate(bytes.len() - 3);
+    std::fs::write(p("trunc.fvecs"), &bytes).unwrap();
+    expect_malformed(&p("trunc.fvecs"), "record 2");
+    // fvecs with a changing dimension.
+    let mut bytes = Vec::new();
+    for (i, v) in vectors(3, 4).iter().enumerate() {
+        let d = if i == 1 { 3 } else { 4 };
+        bytes.extend_from_slice(&(d as i32).to_le_bytes());
+        v[..d]
+            .iter()
+            .for_each(|x| bytes.extend_from_slice(&x.to_le_bytes()));
+    }
+    std::fs::write(p("dims.fvecs"), &bytes).unwrap();
+    expect_malformed(&p("dims.fvecs"), "record 1 at byte 20 has dimension 3");
+    // fvecs of the wrong dimension for the dataset.
+    write_fvecs(&p("wide.fvecs"), &vectors(3, 6)).unwrap();
+    expect_malformed(&p("wide.fvecs"), "dimension is 4");
+    // NaN in data.
+    let mut v = vectors(3, 4);
+    v[2][1] = f32::NAN;
+    write_fvecs(&p("nan.fvecs"), &v).unwrap();
+    expect_malformed(&p("nan.fvecs"), "row 2");
+    // npy: wrong dtype, truncated data.
+    write_npy(&p("f8.npy"), &vectors(3, 4), "<f8");
+    expect_malformed(&p("f8.npy"), "<f8");
+    write_npy(&p("short.npy"), &vectors(3, 4), "<f4");
+    let b = std::fs::read(p("short.npy")).unwrap();
+    std::fs::write(p("short.npy"), &b[..b.len() - 8]).unwrap();
+    expect_malformed(&p("short.npy"), "row 2");
+    std::fs::write(p("junk.npy"), b"hello").unwrap();
+    expect_malformed(&p("junk.npy"), "not an .npy file");
+    // jsonl: bad JSON on line 2, wrong type on line 1.
+    std::fs::write(
+        p("bad.jsonl"),
+        "{\"vector\": [1,2,3,4]}\n{\"vector\": [1,2\n",
+    )
+    .unwrap();
+    expect_malformed(&p("bad.jsonl"), "line 2");
+    std::fs::write(p("type.jsonl"), "{\"vector\": \"abc\"}\n").unwrap();
+    expect_malformed(&p("type.jsonl"), "line 1");
+    std::fs::write(p("extra.jsonl"), "{\"vector\": [1,2,3,4], \"nope\": 1}\n").unwrap();
+    expect_malformed(&p("extra.jsonl"), "nope");
+    // parquet that is not parquet.
+    std::fs::write(p("fake.parquet"), b"PAR1 but not really").unwrap();
+    expect_malformed(&p("fake.parquet"), "fake.parquet");
+    // meta with fewer lines than vectors.
+    let dir2 = tempfile::tempdir().unwrap();
+    write_fvecs(&dir2.path().join("v.fvecs"), &vectors(4, 4)).unwrap();
+    std::fs::write(dir2.path().join("m.jsonl"), "{\"a\": 1}\n").unwrap();
+    let opts = IngestOptions {
+        meta: Some(dir2.path().join("m.jsonl")),
+        ..quiet()
+    };
+    let err = ingest(
+        &dir2.path().join("ds"),
+        &dir2.path().join("v.fvecs"),
+        &opts,
+        &Config::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("fewer than the vectors"), "{err}");
+    // unknown extension
+    assert!(matches!(
+        ingest(
+            &dir2.path().join("ds"),
+            &dir2.path().join("x.csv"),
+            &quiet(),
+            &Config::default()
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+}

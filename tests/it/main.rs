@@ -1,0 +1,8 @@
+//! Integration tests: one binary, shared fixtures in `common`.
+
+mod bad_input;
+mod cli;
+mod common;
+mod exact;
+mod ingest;
+mod storage;

@@ -1,0 +1,209 @@
+//! Versions, snapshots, crash safety and commit conflicts.
+
+use crate::common::*;
+use rand::SeedableRng;
+use shoal::{Config, Dataset, Error, Metric, Query};
+
+fn ids(ds: &Dataset, q: &[f32], k: usize) -> Vec<(i64, u32)> {
+    ds.search(&Query::new(q.to_vec(), k)).unwrap().hits[0]
+        .iter()
+        .map(|h| (h.id, h.distance.to_bits()))
+        .collect()
+}
+
+#[test]
+fn a_pinned_version_does_not_see_later_appends_or_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, rows) = build(dir.path(), &[200], 6, Metric::L2, 1);
+    let pinned = ds.clone();
+    let v = pinned.version();
+    let q = rows[10].vector.clone();
+    let before = ids(&pinned, &q, 15);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+    let more = make_rows(&mut rng, 200, 100, 6);
+    ds.append([Ok(batch_of(&more, 6))]).unwrap();
+    assert!(ds.delete("id < 50").unwrap() > 0);
+    assert_eq!(ds.version(), v + 2);
+    assert_eq!(ids(&pinned, &q, 15), before);
+    assert_eq!(pinned.count_rows(), 200);
+    assert_eq!(ds.count_rows(), 250);
+    // Reopen from disk and check out the old version.
+    let reopened = Dataset::open(dir.path()).unwrap();
+    assert_eq!(reopened.version(), v + 2);
+    assert_eq!(ids(&reopened.checkout(v).unwrap(), &q, 15), before);
+    let mut by_version = Query::new(q.clone(), 15);
+    by_version.version = Some(v);
+    let res = reopened.search(&by_version).unwrap();
+    assert_eq!(res.version, v);
+    assert_eq!(
+        res.hits[0]
+            .iter()
+            .map(|h| (h.id, h.distance.to_bits()))
+            .collect::<Vec<_>>(),
+        before
+    );
+    let history = reopened.versions().unwrap();
+    assert_eq!(
+        history
+            .iter()
+            .map(|h| h.operation.as_str())
+            .collect::<Vec<_>>(),
+        ["create", "append", "append", "delete"]
+    );
+    assert!(matches!(
+        reopened.checkout(99),
+        Err(Error::VersionNotFound {
+            requested: 99,
+            latest: 4
+        })
+    ));
+}
+
+#[test]
+fn an_unpublished_commit_leaves_the_previous_version_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, rows) = build(dir.path(), &[100], 5, Metric::L2, 3);
+    let q = rows[0].vector.clone();
+    let before = ids(&ds, &q, 10);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+    let more = make_rows(&mut rng, 100, 50, 5);
+    let staged = ds.stage_append([Ok(batch_of(&more, 5))]).unwrap();
+    assert_eq!(staged.version(), ds.version() + 1);
+    drop(staged); // "crash": data written, manifest never published
+                  // A half-written manifest temp file, as a crash mid-write would leave.
+    std::fs::write(
+        dir.path().join("_versions/.tmp-3-1-deadbeef"),
+        b"{\"truncated",
+    )
+    .unwrap();
+    let reopened = Dataset::open(dir.path()).unwrap();
+    assert_eq!(reopened.version(), ds.version());
+    assert_eq!(reopened.count_rows(), 100);
+    assert_eq!(ids(&reopened, &q, 10), before);
+    // And the next commit still works.
+    let mut w = reopened.clone();
+    w.append([Ok(batch_of(&more, 5))]).unwrap();
+    assert_eq!(w.count_rows(), 150);
+}
+
+#[test]
+fn the_loser_of_a_commit_race_gets_a_conflict_and_the_dataset_stays_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, _) = build(dir.path(), &[30], 3, Metric::L2, 5);
+    let mut a = Dataset::open(dir.path()).unwrap();
+    let mut b = Dataset::open(dir.path()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+    let rows_a = make_rows(&mut rng, 30, 10, 3);
+    let rows_b = make_rows(&mut rng, 30, 20, 3);
+    a.append([Ok(batch_of(&rows_a, 3))]).unwrap();
+    let err = b.append([Ok(batch_of(&rows_b, 3))]).unwrap_err();
+    assert!(
+        matches!(err, Error::CommitConflict { version } if version == ds.version() + 1),
+        "{err}"
+    );
+    let latest = Dataset::open(dir.path()).unwrap();
+    assert_eq!(latest.count_rows(), 40);
+    assert_eq!(b.version(), ds.version(), "the loser's handle is unchanged");
+    // Two deletes racing: same rule.
+    let mut c = latest.clone();
+    let mut d = latest.clone();
+    c.delete("id = 1").unwrap();
+    assert!(matches!(
+        d.delete("id = 2"),
+        Err(Error::CommitConflict { .. })
+    ));
+    assert_eq!(Dataset::open(dir.path()).unwrap().count_rows(), 39);
+}
+
+#[test]
+fn appends_split_into_fragments_of_the_configured_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::from_toml_str("[ingest]\nrows_per_fragment = 64\n").unwrap();
+    let mut ds = Dataset::create(dir.path(), schema(4, Metric::L2), config).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+    let rows = make_rows(&mut rng, 0, 150, 4);
+    ds.append([Ok(batch_of(&rows[..100], 4)), Ok(batch_of(&rows[100..], 4))])
+        .unwrap();
+    let sizes: Vec<u64> = ds.manifest().fragments.iter().map(|f| f.rows).collect();
+    assert_eq!(sizes, vec![64, 64, 22]);
+    let hits = ids(&ds, &rows[140].vector, 1);
+    assert_eq!(
+        ds.search(&Query::new(rows[140].vector.clone(), 1))
+            .unwrap()
+            .hits[0][0]
+            .distance,
+        0.0
+    );
+    assert_eq!(hits.len(), 1);
+}
+
+#[test]
+fn kill_dash_nine_during_a_large_ingest_leaves_the_last_committed_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("ds");
+    let input = dir.path().join("big.fvecs");
+    // 1,500,000 × 16 floats ≈ 102 MB: long enough to be killed mid-way.
+    let dim = 16;
+    let n = 1_500_000usize;
+    let mut bytes = Vec::with_capacity(n * (4 + dim * 4));
+    for i in 0..n {
+        bytes.extend_from_slice(&(dim as i32).to_le_bytes());
+        for j in 0..dim {
+            bytes.extend_from_slice(&(((i * 31 + j * 7) % 97) as f32).to_le_bytes());
+        }
+    }
+    std::fs::write(&input, &bytes).unwrap();
+    let small = dir.path().join("small.fvecs");
+    std::fs::write(&small, &bytes[..10 * (4 + dim * 4)]).unwrap();
+    let bin = env!("CARGO_BIN_EXE_shoal");
+    let ok = std::process::Command::new(bin)
+        .args(["ingest", "--dataset"])
+        .arg(&data)
+        .arg("--vectors")
+        .arg(&small)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let mut child = std::process::Command::new(bin)
+        .args(["ingest", "--dataset"])
+        .arg(&data)
+        .arg("--vectors")
+        .arg(&input)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the child has written part of a new fragment, then kill it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let written: u64 = std::fs::read_dir(data.join("data"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        if written > 4_000_000 {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ingest finished before it could be killed"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ingest made no progress"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL on Unix
+    child.wait().unwrap();
+    let ds = Dataset::open(&data).unwrap();
+    assert_eq!(ds.version(), 2, "the killed ingest must not have committed");
+    assert_eq!(ds.count_rows(), 10);
+    let res = ds.search(&Query::new(vec![0.0; dim], 3)).unwrap();
+    assert_eq!(res.hits[0].len(), 3);
+}
