@@ -306,3 +306,223 @@ pub fn write_json<T: Serialize>(path: &std::path::Path, report: &T) -> Result<()
     let text = serde_json::to_string_pretty(report).map_err(|e| Error::Internal(e.to_string()))?;
     std::fs::write(path, text).map_err(|e| Error::io(path, e))
 }
+
+/// What `shoal bench --mode ivf` measures.
+#[derive(Clone, Debug)]
+pub struct IvfBenchOptions {
+    /// Base vectors file; synthetic clustered data when `None`.
+    pub base: Option<std::path::PathBuf>,
+    /// Query vectors file; synthetic when `None`.
+    pub queries: Option<std::path::PathBuf>,
+    /// Ground truth `.ivecs` (base row ids, best first); exact search when `None`.
+    pub groundtruth: Option<std::path::PathBuf>,
+    /// Synthetic rows.
+    pub rows: usize,
+    /// Synthetic dimension.
+    pub dim: usize,
+    /// Synthetic queries.
+    pub num_queries: usize,
+    /// Metric.
+    pub metric: Metric,
+    /// Index types.
+    pub kinds: Vec<crate::index::IndexKind>,
+    /// Partitions.
+    pub partitions: usize,
+    /// nprobes values.
+    pub nprobes: Vec<usize>,
+    /// k.
+    pub k: usize,
+    /// Write the base, queries and ground truth used here as
+    /// `base.fvecs`, `query.fvecs`, `groundtruth.ivecs` into this directory.
+    pub export: Option<std::path::PathBuf>,
+}
+
+/// One row of the IVF table.
+#[derive(Clone, Debug, Serialize)]
+pub struct IvfRow {
+    /// Index type.
+    pub index: String,
+    /// Build time, seconds.
+    pub build_s: f64,
+    /// nprobes.
+    pub nprobes: usize,
+    /// recall@k against the ground truth.
+    pub recall: f64,
+    /// Queries per second, one `search` call per query.
+    pub qps_one_at_a_time: f64,
+}
+
+/// The IVF report.
+#[derive(Clone, Debug, Serialize)]
+pub struct IvfReport {
+    /// Rows, dimension, queries.
+    pub rows: usize,
+    /// Dimension.
+    pub dim: usize,
+    /// Queries.
+    pub queries: usize,
+    /// Metric.
+    pub metric: String,
+    /// Partitions.
+    pub partitions: usize,
+    /// k.
+    pub k: usize,
+    /// Table rows.
+    pub rows_measured: Vec<IvfRow>,
+}
+
+/// Recall@k of `found` ids against `truth` (best first).
+pub fn recall_at_k(found: &[Vec<i64>], truth: &[Vec<i32>], k: usize) -> f64 {
+    let mut hit = 0usize;
+    let mut total = 0usize;
+    for (f, t) in found.iter().zip(truth) {
+        let t: std::collections::HashSet<i64> = t.iter().take(k).map(|x| *x as i64).collect();
+        hit += f.iter().take(k).filter(|x| t.contains(x)).count();
+        total += k.min(t.len());
+    }
+    hit as f64 / total.max(1) as f64
+}
+
+/// Builds each index type over the data and measures recall and QPS per
+/// nprobes, one query per call.
+pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
+    use crate::storage::ingest::{read_ivecs, read_vectors, write_fvecs, write_ivecs};
+    let (dim, base): (usize, Vec<Vec<f32>>) = match &opts.base {
+        Some(p) => read_vectors(p)?,
+        None => {
+            eprintln!(
+                "generating {} × {} clustered vectors ...",
+                opts.rows, opts.dim
+            );
+            let all = clustered_vectors(opts.rows + opts.num_queries, opts.dim, 1000, 3);
+            (
+                opts.dim,
+                all[..opts.rows * opts.dim]
+                    .chunks(opts.dim)
+                    .map(|c| c.to_vec())
+                    .collect(),
+            )
+        }
+    };
+    let queries: Vec<Vec<f32>> = match &opts.queries {
+        Some(p) => read_vectors(p)?.1,
+        None => clustered_vectors(opts.rows + opts.num_queries, dim, 1000, 3)[opts.rows * dim..]
+            .chunks(dim)
+            .map(|c| c.to_vec())
+            .collect(),
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "shoal-ivf-bench-{}-{:x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let _cleanup = TempDir(dir.clone());
+    let mut ds = Dataset::create(
+        &dir,
+        demo_schema("vector", dim, opts.metric)?,
+        config.clone(),
+    )?;
+    let flat: Vec<f32> = base.iter().flatten().copied().collect();
+    ds.append(
+        flat.chunks(65536 * dim)
+            .enumerate()
+            .map(|(i, c)| demo_batch("vector", dim, c, i * 65536)),
+    )?;
+    let truth: Vec<Vec<i32>> = match &opts.groundtruth {
+        Some(p) => read_ivecs(p)?,
+        None => {
+            eprintln!("computing exact ground truth ...");
+            let mut out = Vec::new();
+            for chunk in queries.chunks(256) {
+                let mut b = BatchQuery::new(chunk.to_vec(), opts.k.max(100).min(base.len()));
+                b.mode = crate::query::SearchMode::Exact;
+                for hits in ds.search_batch(&b)?.hits {
+                    out.push(hits.iter().map(|h| h.id as i32).collect());
+                }
+            }
+            out
+        }
+    };
+    if truth.len() < queries.len() {
+        return Err(Error::InvalidArgument(format!(
+            "ground truth has {} records for {} queries",
+            truth.len(),
+            queries.len()
+        )));
+    }
+    if let Some(out) = &opts.export {
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        write_fvecs(&out.join("base.fvecs"), &base)?;
+        write_fvecs(&out.join("query.fvecs"), &queries)?;
+        write_ivecs(&out.join("groundtruth.ivecs"), &truth)?;
+    }
+    let mut rows_measured = Vec::new();
+    for kind in &opts.kinds {
+        let params = crate::index::IndexParams::new(*kind, opts.partitions);
+        eprintln!("building {} ...", kind.name());
+        let t = Instant::now();
+        ds.create_index(None, params, &mut |_, _, _| {})?;
+        let build_s = t.elapsed().as_secs_f64();
+        for &np in &opts.nprobes {
+            let mut found = Vec::with_capacity(queries.len());
+            let mut single: Vec<Query> = queries
+                .iter()
+                .map(|v| Query::new(v.clone(), opts.k))
+                .collect();
+            for q in single.iter_mut() {
+                q.mode = crate::query::SearchMode::PerQuery;
+                q.options.nprobes = crate::query::Nprobes::Fixed(np);
+            }
+            // Warm the partition cache, then time one pass.
+            for q in single.iter().take(50) {
+                ds.search(q)?;
+            }
+            let t = Instant::now();
+            for q in &single {
+                found.push(
+                    ds.search(q)?
+                        .hits
+                        .remove(0)
+                        .into_iter()
+                        .map(|h| h.id)
+                        .collect::<Vec<i64>>(),
+                );
+            }
+            let qps = single.len() as f64 / t.elapsed().as_secs_f64();
+            rows_measured.push(IvfRow {
+                index: kind.name().into(),
+                build_s,
+                nprobes: np,
+                recall: recall_at_k(&found, &truth, opts.k),
+                qps_one_at_a_time: qps,
+            });
+            let r = rows_measured.last().map(|r| r.recall).unwrap_or(0.0);
+            eprintln!("  nprobes {np}: recall@{} {r:.3}, {qps:.0} QPS", opts.k);
+        }
+    }
+    let report = IvfReport {
+        rows: base.len(),
+        dim,
+        queries: queries.len(),
+        metric: opts.metric.name().into(),
+        partitions: opts.partitions,
+        k: opts.k,
+        rows_measured,
+    };
+    println!(
+        "IVF benchmark: {} × {}, {} queries, metric {}, {} partitions, k = {}, one query per call",
+        report.rows, report.dim, report.queries, report.metric, report.partitions, report.k
+    );
+    println!(
+        "\n| index | build (s) | nprobes | recall@{} | QPS |",
+        report.k
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for r in &report.rows_measured {
+        println!(
+            "| {} | {:.2} | {} | {:.3} | {:.0} |",
+            r.index, r.build_s, r.nprobes, r.recall, r.qps_one_at_a_time
+        );
+    }
+    Ok(report)
+}

@@ -20,6 +20,16 @@ pub struct Config {
     pub search: SearchConfig,
     /// How ingest writes data.
     pub ingest: IngestConfig,
+    /// The partition cache.
+    pub cache: CacheConfig,
+}
+
+/// Partition cache settings.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Bytes of decoded partitions kept in memory.
+    pub capacity_bytes: u64,
 }
 
 /// Limits on requests; exceeding one is a clear error, never a partial result.

@@ -1,8 +1,9 @@
 //! The `shoal` command line: demo, ingest, info, search, delete, bench.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use shoal::bench::{run_exact, write_json, ExactBenchOptions};
-use shoal::query::{FilterMode, PerQuery};
+use shoal::bench::{run_exact, run_ivf, write_json, ExactBenchOptions, IvfBenchOptions};
+use shoal::index::{IndexKind, IndexParams};
+use shoal::query::{FilterMode, Nprobes, PerQuery, SearchMode, SearchOptions};
 use shoal::storage::ingest::{ingest, read_vectors, write_ivecs, IngestOptions};
 use shoal::{BatchQuery, Config, Dataset, Error, Metric, Result};
 use std::io::Write;
@@ -41,7 +42,74 @@ impl From<MetricArg> for Metric {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ModeArg {
+    /// The index if the column has one, else exact.
+    Auto,
+    /// Brute force, shared over the batch.
     Exact,
+    /// The single-query ANN path for each query.
+    PerQuery,
+}
+
+impl From<ModeArg> for SearchMode {
+    fn from(m: ModeArg) -> SearchMode {
+        match m {
+            ModeArg::Auto => SearchMode::Auto,
+            ModeArg::Exact => SearchMode::Exact,
+            ModeArg::PerQuery => SearchMode::PerQuery,
+        }
+    }
+}
+
+/// The variant names are the CLI values (`ivf-flat`, `ivf-pq`, `ivf-sq`).
+#[allow(clippy::enum_variant_names)]
+#[derive(Clone, Copy, ValueEnum)]
+enum IndexTypeArg {
+    IvfFlat,
+    IvfPq,
+    IvfSq,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BenchModeArg {
+    /// Kernel and exact batch search against a per-query loop.
+    Exact,
+    /// IVF indexes: build time, recall@k and QPS per nprobes.
+    Ivf,
+}
+
+/// Index-search options shared by `search` and `bench`.
+#[derive(clap::Args, Clone)]
+struct AnnArgs {
+    /// Partitions probed per query (fixed).
+    #[arg(long, conflicts_with_all = ["min_nprobes", "max_nprobes"])]
+    nprobes: Option<usize>,
+    /// Adaptive probing: partitions always probed.
+    #[arg(long, requires = "max_nprobes")]
+    min_nprobes: Option<usize>,
+    /// Adaptive probing: partitions never exceeded.
+    #[arg(long, requires = "min_nprobes")]
+    max_nprobes: Option<usize>,
+    /// Rerank (k + offset) × R index candidates with exact vectors.
+    #[arg(long)]
+    refine_factor: Option<usize>,
+    /// Skip fragments no index covers yet.
+    #[arg(long)]
+    fast_search: bool,
+}
+
+impl AnnArgs {
+    fn options(&self) -> SearchOptions {
+        let mut o = SearchOptions::default();
+        if let Some(n) = self.nprobes {
+            o.nprobes = Nprobes::Fixed(n);
+        }
+        if let (Some(min), Some(max)) = (self.min_nprobes, self.max_nprobes) {
+            o.nprobes = Nprobes::Adaptive { min, max };
+        }
+        o.refine_factor = self.refine_factor;
+        o.fast_search = self.fast_search;
+        o
+    }
 }
 
 #[derive(Subcommand)]
@@ -97,8 +165,13 @@ enum Command {
         /// Queries per batch.
         #[arg(long, default_value_t = 64)]
         batch: usize,
-        #[arg(long, value_enum, default_value = "exact")]
+        #[arg(long, value_enum, default_value = "auto")]
         mode: ModeArg,
+        #[command(flatten)]
+        ann: AnnArgs,
+        /// Print each batch's execution profile to stderr.
+        #[arg(long)]
+        explain: bool,
         /// Vector column (needed when the dataset has several).
         #[arg(long)]
         column: Option<String>,
@@ -115,6 +188,39 @@ enum Command {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Train and build an IVF index on a vector column (a new version).
+    Index {
+        #[arg(long)]
+        dataset: PathBuf,
+        /// Vector column (may be left out when there is only one).
+        #[arg(long)]
+        column: Option<String>,
+        #[arg(long = "type", value_enum)]
+        index_type: IndexTypeArg,
+        /// Partitions (k-means centroids).
+        #[arg(long, default_value_t = 256)]
+        partitions: usize,
+        /// PQ sub-vectors (bytes per code); must divide the dimension.
+        #[arg(long, default_value_t = 16)]
+        sub_vectors: usize,
+        /// Training sample: rows per partition.
+        #[arg(long, default_value_t = 256)]
+        sample: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Index the fragments appended since the last index build (delta segments).
+    Optimize {
+        #[arg(long)]
+        dataset: PathBuf,
+    },
+    /// Retrain a column's index over all rows, replacing its segments.
+    Reindex {
+        #[arg(long)]
+        dataset: PathBuf,
+        #[arg(long)]
+        column: Option<String>,
+    },
     /// Delete the rows matching a filter (a new version).
     Delete {
         #[arg(long)]
@@ -122,10 +228,10 @@ enum Command {
         #[arg(long)]
         filter: String,
     },
-    /// Measure kernel and search throughput on synthetic data.
+    /// Measure kernel and search throughput (synthetic data, or your files).
     Bench {
         #[arg(long, value_enum, default_value = "exact")]
-        mode: ModeArg,
+        mode: BenchModeArg,
         #[arg(long, default_value_t = 100_000)]
         rows: usize,
         #[arg(long, default_value_t = 128)]
@@ -140,6 +246,41 @@ enum Command {
         /// Also write the report as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// ivf: base vectors (.fvecs/.npy) instead of synthetic data.
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// ivf: query vectors (.fvecs/.npy); synthetic when left out.
+        #[arg(long)]
+        queries: Option<PathBuf>,
+        /// ivf: ground truth (.ivecs of base row ids); exact search when left out.
+        #[arg(long)]
+        groundtruth: Option<PathBuf>,
+        /// ivf: metric.
+        #[arg(long, value_enum, default_value = "l2")]
+        metric: MetricArg,
+        /// ivf: index types to build.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "ivf-flat,ivf-pq,ivf-sq"
+        )]
+        types: Vec<IndexTypeArg>,
+        /// ivf: partitions.
+        #[arg(long, default_value_t = 256)]
+        partitions: usize,
+        /// ivf: PQ sub-vectors.
+        #[arg(long, default_value_t = 32)]
+        sub_vectors: usize,
+        /// ivf: nprobes values to measure.
+        #[arg(long, value_delimiter = ',', default_value = "4,8,16,32")]
+        nprobes: Vec<usize>,
+        /// ivf: synthetic query count.
+        #[arg(long, default_value_t = 1000)]
+        num_queries: usize,
+        /// ivf: write the base, queries and ground truth used to this directory.
+        #[arg(long)]
+        export: Option<PathBuf>,
     },
 }
 
@@ -194,7 +335,9 @@ fn run(cli: Cli) -> Result<()> {
             filter,
             postfilter,
             batch,
-            mode: ModeArg::Exact,
+            mode,
+            ann,
+            explain,
             column,
             metric,
             version,
@@ -220,9 +363,82 @@ fn run(cli: Cli) -> Result<()> {
                 q.metric = metric.map(Into::into);
                 q.version = version;
                 q.projection = project.clone();
-                all.extend(ds.search_batch(&q)?.hits);
+                q.mode = mode.into();
+                q.options = ann.options();
+                let (res, profile) = ds.search_batch_profiled(&q)?;
+                if explain {
+                    eprintln!("{}\n", profile.render());
+                }
+                all.extend(res.hits);
             }
             write_results(&all, &project, output.as_deref())
+        }
+        Command::Index {
+            dataset,
+            column,
+            index_type,
+            partitions,
+            sub_vectors,
+            sample,
+            seed,
+        } => {
+            let kind = match index_type {
+                IndexTypeArg::IvfFlat => IndexKind::IvfFlat,
+                IndexTypeArg::IvfPq => IndexKind::IvfPq { sub_vectors },
+                IndexTypeArg::IvfSq => IndexKind::IvfSq,
+            };
+            let mut params = IndexParams::new(kind, partitions);
+            params.sample_per_partition = sample;
+            params.seed = seed;
+            let mut ds = Dataset::open_with_config(&dataset, config)?;
+            let start = std::time::Instant::now();
+            let meta = ds.create_index(column.as_deref(), params, &mut progress_printer())?;
+            eprintln!();
+            println!(
+                "built {} on '{}': {} partitions over {} rows in {:.1} s (version {})",
+                meta.params.kind.name(),
+                meta.column,
+                meta.params.partitions,
+                meta.rows,
+                start.elapsed().as_secs_f64(),
+                ds.version()
+            );
+            Ok(())
+        }
+        Command::Optimize { dataset } => {
+            let mut ds = Dataset::open_with_config(&dataset, config)?;
+            let built = ds.optimize(&mut progress_printer())?;
+            eprintln!();
+            if built.is_empty() {
+                println!(
+                    "every fragment is indexed; nothing to do (version {})",
+                    ds.version()
+                );
+            }
+            for m in built {
+                println!(
+                    "delta segment {} on '{}': {} rows in fragments {:?} (version {})",
+                    m.id,
+                    m.column,
+                    m.rows,
+                    m.fragments,
+                    ds.version()
+                );
+            }
+            Ok(())
+        }
+        Command::Reindex { dataset, column } => {
+            let mut ds = Dataset::open_with_config(&dataset, config)?;
+            let meta = ds.reindex(column.as_deref(), &mut progress_printer())?;
+            eprintln!();
+            println!(
+                "rebuilt {} on '{}' over {} rows (version {})",
+                meta.params.kind.name(),
+                meta.column,
+                meta.rows,
+                ds.version()
+            );
+            Ok(())
         }
         Command::Delete { dataset, filter } => {
             let mut ds = Dataset::open_with_config(&dataset, config)?;
@@ -238,26 +454,78 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Bench {
-            mode: ModeArg::Exact,
+            mode,
             rows,
             dim,
             batch_sizes,
             k,
             seconds,
             json,
-        } => {
-            let opts = ExactBenchOptions {
-                rows,
-                dim,
-                batch_sizes,
-                k,
-                seconds,
-            };
-            let report = run_exact(&opts, &config)?;
-            if let Some(p) = json {
-                write_json(&p, &report)?;
+            base,
+            queries,
+            groundtruth,
+            metric,
+            types,
+            partitions,
+            sub_vectors,
+            nprobes,
+            num_queries,
+            export,
+        } => match mode {
+            BenchModeArg::Exact => {
+                let opts = ExactBenchOptions {
+                    rows,
+                    dim,
+                    batch_sizes,
+                    k,
+                    seconds,
+                };
+                let report = run_exact(&opts, &config)?;
+                if let Some(p) = json {
+                    write_json(&p, &report)?;
+                }
+                Ok(())
             }
-            Ok(())
+            BenchModeArg::Ivf => {
+                let opts = IvfBenchOptions {
+                    base,
+                    queries,
+                    groundtruth,
+                    rows,
+                    dim,
+                    num_queries,
+                    metric: metric.into(),
+                    kinds: types
+                        .iter()
+                        .map(|t| match t {
+                            IndexTypeArg::IvfFlat => IndexKind::IvfFlat,
+                            IndexTypeArg::IvfPq => IndexKind::IvfPq { sub_vectors },
+                            IndexTypeArg::IvfSq => IndexKind::IvfSq,
+                        })
+                        .collect(),
+                    partitions,
+                    nprobes,
+                    k,
+                    export,
+                };
+                let report = run_ivf(&opts, &config)?;
+                if let Some(p) = json {
+                    write_json(&p, &report)?;
+                }
+                Ok(())
+            }
+        },
+    }
+}
+
+/// Prints `stage done/total` on one stderr line while long work runs.
+fn progress_printer() -> impl FnMut(&str, usize, usize) {
+    let mut last = std::time::Instant::now() - std::time::Duration::from_secs(1);
+    move |stage: &str, done: usize, total: usize| {
+        if last.elapsed().as_millis() >= 200 || done == total {
+            eprint!("\r{stage}: {done}/{total}        ");
+            let _ = std::io::stderr().flush();
+            last = std::time::Instant::now();
         }
     }
 }
@@ -289,7 +557,27 @@ fn info(path: &Path, version: Option<u64>, config: &Config) -> Result<()> {
             f.id, f.rows, f.deleted_rows, f.file
         );
     }
-    println!("indices: none");
+    println!("index segments:");
+    if ds.index_segments().is_empty() {
+        println!("  none");
+    }
+    for m in ds.index_segments() {
+        println!(
+            "  {}  column '{}'  {}  metric {}  {} partitions  {} rows  fragments {:?}{}",
+            m.id,
+            m.column,
+            m.params.kind.name(),
+            m.metric,
+            m.params.partitions,
+            m.rows,
+            m.fragments,
+            if m.trained_in == m.id {
+                String::new()
+            } else {
+                format!("  (delta; model of {})", m.trained_in)
+            }
+        );
+    }
     println!("versions:");
     for v in ds.versions()? {
         println!(

@@ -126,7 +126,8 @@ pub fn search(
         .iter()
         .map(|f| candidate_mask(f, batch))
         .collect::<Result<Vec<_>>>()?;
-    let heaps = scan(fragments, &masks, batch, threads, Kernel::detect())?;
+    let items: Vec<(&FragmentView, &RowMask)> = fragments.iter().zip(&masks).collect();
+    let heaps = scan(&items, batch, threads, Kernel::detect())?;
     postfilter_and_page(fragments, batch, heaps)
 }
 
@@ -169,18 +170,17 @@ pub fn postfilter_and_page(
 /// The shared scan: every chunk of every fragment scored once for all
 /// queries. Returns one merged heap per query.
 pub fn scan(
-    fragments: &[FragmentView],
-    masks: &[RowMask],
+    items: &[(&FragmentView, &RowMask)],
     batch: &ValidatedBatch,
     threads: usize,
     kernel: Kernel,
 ) -> Result<Vec<TopK>> {
     let mut units = Vec::new();
-    for (fi, f) in fragments.iter().enumerate() {
+    for (fi, (f, mask)) in items.iter().enumerate() {
         let blocks = f.data.rows.div_ceil(BLOCK);
         for start in (0..blocks).step_by(CHUNK_BLOCKS) {
             let end = (start + CHUNK_BLOCKS).min(blocks);
-            if masks[fi].any_in(start * BLOCK, (end * BLOCK).min(f.data.rows)) {
+            if mask.any_in(start * BLOCK, (end * BLOCK).min(f.data.rows)) {
                 units.push((fi, start, end));
             }
         }
@@ -199,7 +199,7 @@ pub fn scan(
             let Some(&(fi, start, end)) = units.get(u) else {
                 break;
             };
-            let frag = &fragments[fi];
+            let (frag, mask) = items[fi];
             let vectors = frag.data.vectors.get(&batch.column).ok_or_else(|| {
                 crate::error::Error::Internal(format!("fragment lacks column {}", batch.column))
             })?;
@@ -214,7 +214,6 @@ pub fn scan(
             let first = start * BLOCK;
             let last = (end * BLOCK).min(frag.data.rows);
             let norms = &vectors.norms_sq()[first..last];
-            let mask = &masks[fi];
             let base = (frag.meta.id as u64) << 32;
             for (qi, heap) in heaps.iter_mut().enumerate() {
                 let qn = batch.queries.norms_sq[qi];

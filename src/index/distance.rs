@@ -88,11 +88,32 @@ impl std::fmt::Display for Metric {
 /// The dot product of two slices as one FMA chain from `+0.0` — the exact
 /// per-pair arithmetic of every SIMD kernel, used for norms and tests.
 pub fn fma_dot(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS_FMA: OnceLock<bool> = OnceLock::new();
+        if *HAS_FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma")) {
+            // SAFETY: the CPU supports FMA (checked above).
+            return unsafe { fma_dot_hw(a, b) };
+        }
+    }
+    fma_dot_chain(a, b)
+}
+
+/// The chain itself; `mul_add` is a hardware FMA where the caller enables
+/// it and a (slower, equally exact) library call elsewhere.
+#[inline(always)]
+fn fma_dot_chain(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = 0.0f32;
     for (x, y) in a.iter().zip(b) {
         acc = x.mul_add(*y, acc);
     }
     acc
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn fma_dot_hw(a: &[f32], b: &[f32]) -> f32 {
+    fma_dot_chain(a, b)
 }
 
 /// Queries made ready for a metric: cosine queries are normalised, and
@@ -224,6 +245,29 @@ impl VectorBlocks {
     /// Bytes held (for memory accounting).
     pub fn size_bytes(&self) -> usize {
         self.blocks.len() * std::mem::size_of::<Lanes>() + self.norms_sq.len() * 4
+    }
+
+    /// Rebuilds from the raw parts written by [`VectorBlocks::raw_blocks`]
+    /// and [`VectorBlocks::norms_sq`]; `None` if the sizes disagree.
+    pub fn from_parts(
+        dim: usize,
+        len: usize,
+        blocks: Vec<Lanes>,
+        norms_sq: Vec<f32>,
+    ) -> Option<Self> {
+        (dim > 0 && blocks.len() == len.div_ceil(BLOCK) * dim && norms_sq.len() == len).then_some(
+            VectorBlocks {
+                dim,
+                len,
+                blocks,
+                norms_sq,
+            },
+        )
+    }
+
+    /// The block-transposed storage, `block_count() × dim` lanes.
+    pub fn raw_blocks(&self) -> &[Lanes] {
+        &self.blocks
     }
 
     fn block_slice(&self, blocks: Range<usize>) -> &[Lanes] {

@@ -7,6 +7,8 @@ pub mod results;
 pub mod topk;
 
 pub use filter::Filter;
-pub use request::{BatchQuery, FilterMode, PerQuery, Query, SearchMode, ValidatedBatch};
+pub use request::{
+    BatchQuery, FilterMode, Nprobes, PerQuery, Query, SearchMode, SearchOptions, ValidatedBatch,
+};
 pub use results::{Hit, ScalarValue, SearchResults};
 pub use topk::{Candidate, TopK};

@@ -26,9 +26,79 @@ pub enum FilterMode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SearchMode {
-    /// Brute force over every visible row, shared over the batch.
+    /// The index when the column has one (and `use_index`), else exact.
     #[default]
+    Auto,
+    /// Brute force over every visible row, shared over the batch.
     Exact,
+    /// The single-query ANN path, once per query of the batch.
+    PerQuery,
+}
+
+/// How many IVF partitions a query probes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Nprobes {
+    /// Exactly this many (or every partition, if fewer).
+    Fixed(usize),
+    /// Partitions in centroid order: at least `min`; after that, stop as
+    /// soon as the probed partitions hold k + offset rows that pass the
+    /// prefilter; never more than `max`. Counted per index segment.
+    Adaptive {
+        /// Partitions always probed.
+        min: usize,
+        /// Partitions never exceeded.
+        max: usize,
+    },
+}
+
+/// Index-search options; part of the batch key (every query of a batch
+/// shares them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SearchOptions {
+    /// Use the column's index when it has one.
+    pub use_index: bool,
+    /// Partitions to probe.
+    pub nprobes: Nprobes,
+    /// Take (k + offset) × r candidates from the index and rerank them
+    /// with the exact float32 vectors.
+    pub refine_factor: Option<usize>,
+    /// Skip the exact scan of fragments no index segment covers yet.
+    pub fast_search: bool,
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        SearchOptions {
+            use_index: true,
+            nprobes: Nprobes::Fixed(20),
+            refine_factor: None,
+            fast_search: false,
+        }
+    }
+}
+
+impl SearchOptions {
+    /// Checks the option values.
+    pub fn validate(&self) -> Result<()> {
+        match self.nprobes {
+            Nprobes::Fixed(0) => {
+                return Err(Error::InvalidArgument("nprobes must be at least 1".into()))
+            }
+            Nprobes::Adaptive { min, max } if min == 0 || min > max => {
+                return Err(Error::InvalidArgument(format!(
+                    "adaptive nprobes needs 1 <= min <= max, got min {min}, max {max}"
+                )))
+            }
+            _ => {}
+        }
+        if self.refine_factor == Some(0) {
+            return Err(Error::InvalidArgument(
+                "refine factor must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// One vector's nearest-neighbour search.
@@ -54,6 +124,8 @@ pub struct Query {
     pub metric: Option<Metric>,
     /// Execution mode.
     pub mode: SearchMode,
+    /// Index-search options.
+    pub options: SearchOptions,
 }
 
 impl Query {
@@ -69,7 +141,8 @@ impl Query {
             projection: Vec::new(),
             version: None,
             metric: None,
-            mode: SearchMode::Exact,
+            mode: SearchMode::Auto,
+            options: SearchOptions::default(),
         }
     }
 
@@ -86,6 +159,7 @@ impl Query {
             version: self.version,
             metric: self.metric,
             mode: self.mode,
+            options: self.options,
         }
     }
 }
@@ -137,6 +211,8 @@ pub struct BatchQuery {
     pub metric: Option<Metric>,
     /// Execution mode.
     pub mode: SearchMode,
+    /// Index-search options.
+    pub options: SearchOptions,
 }
 
 impl BatchQuery {
@@ -169,6 +245,10 @@ pub struct ValidatedBatch {
     pub filter_mode: FilterMode,
     /// Projected scalar columns.
     pub projection: Vec<String>,
+    /// Execution mode asked for.
+    pub mode: SearchMode,
+    /// Index-search options.
+    pub options: SearchOptions,
 }
 
 impl ValidatedBatch {
@@ -188,6 +268,7 @@ impl ValidatedBatch {
                 max: limits.max_batch_size,
             });
         }
+        batch.options.validate()?;
         let (column, dim, default_metric) = schema.vector_column(batch.column.as_deref())?;
         let metric = batch.metric.unwrap_or(default_metric);
         let ks = batch.k.expand("k", n)?;
@@ -261,6 +342,8 @@ impl ValidatedBatch {
             filter,
             filter_mode: batch.filter_mode,
             projection: batch.projection.clone(),
+            mode: batch.mode,
+            options: batch.options,
         })
     }
 
@@ -277,5 +360,30 @@ impl ValidatedBatch {
     /// Heap capacity of query `i`: its k plus its offset.
     pub fn depth(&self, i: usize) -> usize {
         self.ks[i] + self.offsets[i]
+    }
+
+    /// The same batch restricted to the queries `ids`, in that order.
+    pub fn subset(&self, ids: &[usize]) -> ValidatedBatch {
+        let queries = PreparedQueries {
+            dim: self.dim,
+            data: ids
+                .iter()
+                .flat_map(|&i| self.queries.row(i).iter().copied())
+                .collect(),
+            norms_sq: ids.iter().map(|&i| self.queries.norms_sq[i]).collect(),
+        };
+        ValidatedBatch {
+            column: self.column.clone(),
+            dim: self.dim,
+            metric: self.metric,
+            queries,
+            ks: ids.iter().map(|&i| self.ks[i]).collect(),
+            offsets: ids.iter().map(|&i| self.offsets[i]).collect(),
+            filter: self.filter.clone(),
+            filter_mode: self.filter_mode,
+            projection: self.projection.clone(),
+            mode: self.mode,
+            options: self.options,
+        }
     }
 }

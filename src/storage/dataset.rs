@@ -7,6 +7,9 @@
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::exec;
+use crate::exec::Profile;
+use crate::index::ivf::{build_segment, validate_params, LoadedSegment, INDICES_DIR};
+use crate::index::{IndexParams, IndexSegmentMeta, PartitionCache};
 use crate::query::{BatchQuery, Query, SearchResults, ValidatedBatch};
 use crate::storage::conform::conform_batch;
 use crate::storage::deletions::{read_deletions, write_deletions, DELETIONS_DIR};
@@ -29,6 +32,24 @@ pub struct Dataset {
     manifest: Arc<Manifest>,
     config: Arc<Config>,
     cache: Arc<FragmentCache>,
+    indices: Arc<IndexCache>,
+}
+
+/// Opened index segments and the partition cache, shared by every handle
+/// and version of one dataset (segments never change once written).
+#[derive(Debug)]
+struct IndexCache {
+    segments: std::sync::Mutex<std::collections::HashMap<String, Arc<LoadedSegment>>>,
+    partitions: PartitionCache,
+}
+
+impl IndexCache {
+    fn new(config: &Config) -> Arc<Self> {
+        Arc::new(IndexCache {
+            segments: Default::default(),
+            partitions: PartitionCache::new(config.cache.capacity_bytes),
+        })
+    }
 }
 
 /// A fragment of a snapshot, loaded, with its deletions.
@@ -106,7 +127,7 @@ impl Dataset {
                 }
             }
         }
-        for dir in [VERSIONS_DIR, DATA_DIR, DELETIONS_DIR] {
+        for dir in [VERSIONS_DIR, DATA_DIR, DELETIONS_DIR, INDICES_DIR] {
             std::fs::create_dir_all(root.join(dir)).map_err(|e| Error::io(root.join(dir), e))?;
         }
         sync_dir(&root)?;
@@ -119,11 +140,13 @@ impl Dataset {
             fragments: Vec::new(),
             next_fragment_id: 0,
             rows_appended: 0,
+            indices: Vec::new(),
         };
         commit_manifest(&root, &manifest)?;
         Ok(Dataset {
             root,
             manifest: Arc::new(manifest),
+            indices: IndexCache::new(&config),
             config: Arc::new(config),
             cache: Arc::default(),
         })
@@ -144,6 +167,7 @@ impl Dataset {
         Ok(Dataset {
             root,
             manifest: Arc::new(manifest),
+            indices: IndexCache::new(&config),
             config: Arc::new(config),
             cache: Arc::default(),
         })
@@ -353,20 +377,190 @@ impl Dataset {
         self.search_batch(&query.clone().into_batch())
     }
 
-    /// Searches a batch of vectors in one shared pass.
+    /// Searches a batch of vectors.
     pub fn search_batch(&self, batch: &BatchQuery) -> Result<SearchResults> {
+        Ok(self.search_batch_profiled(batch)?.0)
+    }
+
+    /// Searches a batch and reports what the execution did.
+    pub fn search_batch_profiled(&self, batch: &BatchQuery) -> Result<(SearchResults, Profile)> {
         let snapshot = match batch.version {
             Some(v) => self.checkout(v)?,
             None => self.clone(),
         };
         let validated = ValidatedBatch::new(batch, snapshot.schema(), &self.config.limits)?;
         let fragments = snapshot.fragments()?;
-        let candidates = exec::exact::search(&fragments, &validated, self.config.scan_threads())?;
+        let segments = snapshot.segments(&validated.column)?;
+        let view = exec::ann::IndexView {
+            fragments: &fragments,
+            segments,
+            cache: &self.indices.partitions,
+            threads: self.config.scan_threads(),
+        };
+        let (candidates, mut profile) = exec::plan::execute(&view, &validated)?;
+        let t = std::time::Instant::now();
         let hits = exec::materialise::hits(&fragments, &candidates, &validated.projection)?;
-        Ok(SearchResults {
-            version: snapshot.version(),
-            projection: validated.projection,
-            hits,
-        })
+        profile.materialise_ms = exec::profile::ms_since(t);
+        Ok((
+            SearchResults {
+                version: snapshot.version(),
+                projection: validated.projection,
+                hits,
+            },
+            profile,
+        ))
+    }
+
+    /// The index segments of `column` in this version, opened.
+    pub fn segments(&self, column: &str) -> Result<Vec<Arc<LoadedSegment>>> {
+        let (_, dim, _) = self.schema().vector_column(Some(column))?;
+        let mut out = Vec::new();
+        for meta in self.manifest.indices.iter().filter(|m| m.column == column) {
+            let mut open = self
+                .indices
+                .segments
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let seg = match open.get(&meta.id) {
+                Some(s) => s.clone(),
+                None => {
+                    let s = Arc::new(LoadedSegment::open(&self.root, meta, dim)?);
+                    open.insert(meta.id.clone(), s.clone());
+                    s
+                }
+            };
+            out.push(seg);
+        }
+        Ok(out)
+    }
+
+    /// The partition cache shared by this dataset's handles.
+    pub fn partition_cache(&self) -> &PartitionCache {
+        &self.indices.partitions
+    }
+
+    /// Index segments recorded in this version.
+    pub fn index_segments(&self) -> &[IndexSegmentMeta] {
+        &self.manifest.indices
+    }
+
+    fn commit_indices(
+        &mut self,
+        operation: &str,
+        column: &str,
+        keep_old: bool,
+        new: Vec<IndexSegmentMeta>,
+    ) -> Result<()> {
+        let mut manifest = (*self.manifest).clone();
+        manifest.version += 1;
+        manifest.timestamp_ms = now_ms();
+        manifest.operation = operation.into();
+        if !keep_old {
+            manifest.indices.retain(|m| m.column != column);
+        }
+        manifest.indices.extend(new);
+        sync_dir(&self.root.join(INDICES_DIR))?;
+        commit_manifest(&self.root, &manifest)?;
+        self.manifest = Arc::new(manifest);
+        Ok(())
+    }
+
+    /// Trains and builds an index over every fragment of `column` (the only
+    /// vector column when `None`), replacing the column's existing segments,
+    /// as a new version. `progress` gets (stage, done, total).
+    pub fn create_index(
+        &mut self,
+        column: Option<&str>,
+        params: IndexParams,
+        progress: &mut dyn FnMut(&str, usize, usize),
+    ) -> Result<IndexSegmentMeta> {
+        let (column, dim, metric) = self.schema().vector_column(column)?;
+        let column = column.to_string();
+        validate_params(&params, dim, self.count_rows())?;
+        let fragments = self.fragments()?;
+        let (meta, _) = build_segment(
+            &self.root, &column, dim, metric, &params, &fragments, None, progress,
+        )?;
+        self.commit_indices("create_index", &column, false, vec![meta.clone()])?;
+        Ok(meta)
+    }
+
+    /// Indexes the fragments no segment covers yet, per indexed column, as
+    /// delta segments that reuse the existing centroids and quantizers.
+    /// Returns the new segments (none when everything is indexed).
+    pub fn optimize(
+        &mut self,
+        progress: &mut dyn FnMut(&str, usize, usize),
+    ) -> Result<Vec<IndexSegmentMeta>> {
+        let mut columns: Vec<String> = self
+            .manifest
+            .indices
+            .iter()
+            .map(|m| m.column.clone())
+            .collect();
+        columns.dedup();
+        let fragments = self.fragments()?;
+        let mut built = Vec::new();
+        for column in columns {
+            let segments = self.segments(&column)?;
+            let Some(base) = segments
+                .iter()
+                .find(|s| s.meta.trained_in == s.meta.id)
+                .or(segments.first())
+            else {
+                continue;
+            };
+            let todo: Vec<FragmentView> = fragments
+                .iter()
+                .filter(|f| {
+                    !segments
+                        .iter()
+                        .any(|s| s.meta.fragments.contains(&f.meta.id))
+                })
+                .cloned()
+                .collect();
+            if todo.is_empty() {
+                continue;
+            }
+            let (_, dim, _) = self.schema().vector_column(Some(&column))?;
+            let (meta, _) = build_segment(
+                &self.root,
+                &column,
+                dim,
+                base.meta.metric,
+                &base.meta.params,
+                &todo,
+                Some((&base.model, &base.meta.trained_in)),
+                progress,
+            )?;
+            built.push(meta);
+        }
+        if built.is_empty() {
+            return Ok(built);
+        }
+        let column = built[0].column.clone();
+        self.commit_indices("optimize", &column, true, built.clone())?;
+        Ok(built)
+    }
+
+    /// Retrains the index of `column` over all its rows with the parameters
+    /// it was built with, replacing every segment (base and deltas).
+    pub fn reindex(
+        &mut self,
+        column: Option<&str>,
+        progress: &mut dyn FnMut(&str, usize, usize),
+    ) -> Result<IndexSegmentMeta> {
+        let (column, _, _) = self.schema().vector_column(column)?;
+        let params = self
+            .manifest
+            .indices
+            .iter()
+            .find(|m| m.column == column)
+            .map(|m| m.params.clone())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("column '{column}' has no index to rebuild"))
+            })?;
+        let column = column.to_string();
+        self.create_index(Some(&column), params, progress)
     }
 }

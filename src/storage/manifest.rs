@@ -55,6 +55,9 @@ pub struct Manifest {
     pub next_fragment_id: u32,
     /// Rows ever appended; the default `id` of the next appended row.
     pub rows_appended: u64,
+    /// Index segments of this version.
+    #[serde(default)]
+    pub indices: Vec<crate::index::IndexSegmentMeta>,
 }
 
 impl Manifest {

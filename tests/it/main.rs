@@ -5,4 +5,5 @@ mod cli;
 mod common;
 mod exact;
 mod ingest;
+mod ivf;
 mod storage;

@@ -1,0 +1,81 @@
+"""FAISS IVF indexes on the same files as `shoal bench --mode ivf`: build time,
+recall@k and QPS (one query per call, and batches) per nprobes.
+
+Synthetic sets: run `shoal bench --mode ivf ... --export DIR` first, then point
+this script at DIR/base.fvecs, DIR/query.fvecs, DIR/groundtruth.ivecs."""
+import argparse
+import time
+
+import faiss
+import numpy as np
+
+
+def read_fvecs(path):
+    raw = np.fromfile(path, dtype="int32")
+    d = raw[0]
+    return raw.reshape(-1, d + 1)[:, 1:].copy().view("float32")
+
+
+def read_ivecs(path):
+    raw = np.fromfile(path, dtype="int32")
+    d = raw[0]
+    return raw.reshape(-1, d + 1)[:, 1:].copy()
+
+
+def recall(found, truth, k):
+    hits = sum(len(set(f[:k]) & set(t[:k])) for f, t in zip(found, truth))
+    return hits / (k * len(found))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--base", required=True)
+    p.add_argument("--queries", required=True)
+    p.add_argument("--groundtruth", required=True)
+    p.add_argument("--metric", choices=["l2", "cosine", "dot"], default="l2")
+    p.add_argument("--partitions", type=int, default=256)
+    p.add_argument("--sub-vectors", type=int, default=32)
+    p.add_argument("--types", default="ivf_flat,ivf_pq,ivf_sq")
+    p.add_argument("--nprobes", default="4,8,16,32")
+    p.add_argument("--batch-sizes", default="1")
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    faiss.omp_set_num_threads(a.threads)
+    xb, xq, gt = read_fvecs(a.base), read_fvecs(a.queries), read_ivecs(a.groundtruth)
+    if a.metric == "cosine":
+        faiss.normalize_L2(xb)
+        faiss.normalize_L2(xq)
+    mt = faiss.METRIC_L2 if a.metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    d = xb.shape[1]
+    print(f"FAISS {faiss.__version__}: {xb.shape[0]} x {d}, {xq.shape[0]} queries, metric {a.metric}, "
+          f"{a.partitions} partitions, k={a.k}, {a.threads} threads")
+    print("| index | build (s) | nprobes | batch | recall@%d | QPS |" % a.k)
+    print("|---|---:|---:|---:|---:|---:|")
+    for t in a.types.split(","):
+        quantizer = faiss.IndexFlatL2(d) if mt == faiss.METRIC_L2 else faiss.IndexFlatIP(d)
+        if t == "ivf_flat":
+            index = faiss.IndexIVFFlat(quantizer, d, a.partitions, mt)
+        elif t == "ivf_pq":
+            index = faiss.IndexIVFPQ(quantizer, d, a.partitions, a.sub_vectors, 8, mt)
+        else:
+            index = faiss.IndexIVFScalarQuantizer(quantizer, d, a.partitions, faiss.ScalarQuantizer.QT_8bit, mt)
+        start = time.perf_counter()
+        index.train(xb)
+        index.add(xb)
+        build = time.perf_counter() - start
+        for np_ in [int(x) for x in a.nprobes.split(",")]:
+            index.nprobe = np_
+            for b in [int(x) for x in a.batch_sizes.split(",")]:
+                index.search(xq[:b], a.k)
+                start = time.perf_counter()
+                found = []
+                for i in range(0, xq.shape[0], b):
+                    _, ids = index.search(xq[i : i + b], a.k)
+                    found.extend(ids.tolist())
+                qps = xq.shape[0] / (time.perf_counter() - start)
+                print(f"| {t} | {build:.2f} | {np_} | {b} | {recall(found, gt, a.k):.3f} | {qps:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+//! IVF search building blocks, and the single-query ANN path.
+//!
+//! The pieces here are shared by every path that touches an index, so that
+//! a (query, row) distance is computed by the same code whichever path asks:
+//! [`rank_partitions`] (one kernel call for any number of queries),
+//! [`score_partition`] (flat/SQ through the dot kernel, PQ through lookup
+//! tables), [`push_scored`] (mask check and heap push) and [`refine`]
+//! (exact rerank). [`search_per_query`] is the reference single-query path:
+//! each query ranks centroids, probes its partitions, merges segments and
+//! the exact scan of unindexed fragments, on its own.
+
+use crate::error::{Error, Result};
+use crate::exec::exact::{self, candidate_mask, RowMask};
+use crate::exec::profile::{ms_since, Profile};
+use crate::index::distance::{dot_blocks, fma_dot, Kernel, Metric, PreparedQueries, BLOCK};
+use crate::index::ivf::{coarse_metric, LoadedSegment};
+use crate::index::partition::{Partition, Payload};
+use crate::index::pq::ProductQuantizer;
+use crate::index::PartitionCache;
+use crate::query::{Candidate, Nprobes, TopK, ValidatedBatch};
+use crate::storage::FragmentView;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A snapshot's fragments and index segments for one column.
+pub struct IndexView<'a> {
+    /// Every fragment of the snapshot.
+    pub fragments: &'a [FragmentView],
+    /// Index segments of the searched column.
+    pub segments: Vec<Arc<LoadedSegment>>,
+    /// The partition cache.
+    pub cache: &'a PartitionCache,
+    /// Scan threads.
+    pub threads: usize,
+}
+
+/// Candidate masks of a batch, one per fragment, found by fragment id.
+pub struct Masks {
+    masks: Vec<RowMask>,
+    slot: Vec<usize>,
+}
+
+impl Masks {
+    /// Builds every fragment's mask once for the batch.
+    pub fn build(
+        fragments: &[FragmentView],
+        batch: &ValidatedBatch,
+        profile: &mut Profile,
+    ) -> Result<Masks> {
+        let t = Instant::now();
+        let masks = fragments
+            .iter()
+            .map(|f| candidate_mask(f, batch))
+            .collect::<Result<Vec<_>>>()?;
+        let max_id = fragments
+            .iter()
+            .map(|f| f.meta.id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut slot = vec![usize::MAX; max_id];
+        for (i, f) in fragments.iter().enumerate() {
+            slot[f.meta.id as usize] = i;
+        }
+        profile.prefilter_builds += fragments.len();
+        profile.prefilter_ms += ms_since(t);
+        Ok(Masks { masks, slot })
+    }
+
+    /// May `row_id` be returned?
+    #[inline(always)]
+    pub fn allows(&self, row_id: u64) -> bool {
+        match self.slot.get((row_id >> 32) as usize) {
+            Some(&i) if i != usize::MAX => self.masks[i].contains((row_id & 0xffff_ffff) as usize),
+            _ => false,
+        }
+    }
+
+    /// The mask of fragment number `i` (position in the snapshot).
+    pub fn of(&self, i: usize) -> &RowMask {
+        &self.masks[i]
+    }
+}
+
+/// For each query (rows of `queries`, prepared for the index's metric), the
+/// `limit` nearest partitions of `seg` by the coarse metric, nearest first,
+/// ties to the lower partition number. One kernel call for all queries.
+pub fn rank_partitions(
+    seg: &LoadedSegment,
+    metric: Metric,
+    queries: &PreparedQueries,
+    limit: usize,
+) -> Vec<Vec<u32>> {
+    let cents = &seg.model.centroids;
+    let nb = cents.block_count();
+    let stride = nb * BLOCK;
+    let mut dots = vec![0.0f32; queries.len() * stride];
+    dot_blocks(Kernel::detect(), &queries.data, cents, 0..nb, &mut dots);
+    let coarse = coarse_metric(metric);
+    let n = cents.len();
+    let limit = limit.min(n);
+    (0..queries.len())
+        .map(|qi| {
+            let mut ranked: Vec<(f32, u32)> = (0..n)
+                .map(|c| {
+                    (
+                        coarse.finish(
+                            dots[qi * stride + c],
+                            queries.norms_sq[qi],
+                            cents.norms_sq()[c],
+                        ),
+                        c as u32,
+                    )
+                })
+                .collect();
+            let order = |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+            if limit < n {
+                ranked.select_nth_unstable_by(limit, order);
+                ranked.truncate(limit);
+            }
+            ranked.sort_unstable_by(order);
+            ranked.into_iter().map(|(_, c)| c).collect()
+        })
+        .collect()
+}
+
+/// Distances of `nq` queries (row-major `qrows`, with `qnorms`) to every row
+/// of partition `p` of `seg`, written to `out[j * stride + r]`; returns the
+/// stride. Flat and SQ rows go through the dot kernel; PQ codes through one
+/// lookup table per query.
+#[allow(clippy::too_many_arguments)]
+pub fn score_partition(
+    seg: &LoadedSegment,
+    p: u32,
+    part: &Partition,
+    metric: Metric,
+    qrows: &[f32],
+    qnorms: &[f32],
+    out: &mut Vec<f32>,
+    table: &mut Vec<f32>,
+) -> usize {
+    let nq = qnorms.len();
+    let dim = seg.model.dim;
+    match &part.payload {
+        Payload::Flat(v) | Payload::Sq(v) => {
+            let nb = v.block_count();
+            let stride = nb * BLOCK;
+            out.resize(nq * stride, 0.0);
+            dot_blocks(Kernel::detect(), qrows, v, 0..nb, out);
+            let norms = v.norms_sq();
+            for (j, qn) in qnorms.iter().enumerate() {
+                for (d, xn) in out[j * stride..j * stride + v.len()].iter_mut().zip(norms) {
+                    *d = metric.finish(*d, *qn, *xn);
+                }
+            }
+            stride
+        }
+        Payload::Pq { m, codes } => {
+            let pq = match &seg.model.pq {
+                Some(pq) => pq,
+                None => return 0,
+            };
+            let rows = part.len();
+            out.resize(nq * rows, 0.0);
+            let c = &seg.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
+            let mut residual = vec![0.0f32; dim];
+            for j in 0..nq {
+                let q = &qrows[j * dim..(j + 1) * dim];
+                // dot: −q·(c + y) = −q·c − Σ q_s·y_s; cosine: 1 − q̂·(c + y).
+                let base = if metric != Metric::L2 {
+                    pq.lookup_table(Metric::Dot, q, table);
+                    let qc = -fma_dot(q, c);
+                    if metric == Metric::Cosine {
+                        1.0 + qc
+                    } else {
+                        qc
+                    }
+                } else {
+                    for t in 0..dim {
+                        residual[t] = q[t] - c[t];
+                    }
+                    pq.lookup_table(metric, &residual, table);
+                    0.0
+                };
+                for (r, code) in codes.chunks_exact(*m).enumerate() {
+                    out[j * rows + r] = ProductQuantizer::score(table, code, base);
+                }
+            }
+            rows
+        }
+    }
+}
+
+/// Pushes one query's scored rows into its heap, skipping rows the masks
+/// forbid. Returns how many rows passed the masks.
+#[inline]
+pub fn push_scored(dists: &[f32], row_ids: &[u64], masks: &Masks, heap: &mut TopK) -> usize {
+    let mut passed = 0;
+    for (d, &row_id) in dists.iter().zip(row_ids) {
+        if masks.allows(row_id) {
+            passed += 1;
+            if heap.may_accept(*d) {
+                heap.push(Candidate {
+                    distance: *d,
+                    row_id,
+                });
+            }
+        }
+    }
+    passed
+}
+
+/// Reranks candidates with exact float32 distances from the fragments
+/// (bit-identical to the exact scan's), nearest first.
+pub fn refine(
+    candidates: &[Candidate],
+    fragments: &[FragmentView],
+    column: &str,
+    metric: Metric,
+    query: &[f32],
+    query_norm_sq: f32,
+) -> Result<Vec<Candidate>> {
+    let mut out = Vec::with_capacity(candidates.len());
+    for c in candidates {
+        let frag = fragments
+            .iter()
+            .find(|f| f.meta.id as u64 == c.row_id >> 32)
+            .ok_or_else(|| Error::Internal(format!("row {} has no fragment", c.row_id)))?;
+        let v = frag
+            .data
+            .vectors
+            .get(column)
+            .ok_or_else(|| Error::Internal(format!("fragment lacks column {column}")))?;
+        let i = (c.row_id & 0xffff_ffff) as usize;
+        let x = v.vector(i);
+        out.push(Candidate {
+            distance: metric.finish(fma_dot(query, &x), query_norm_sq, v.norms_sq()[i]),
+            row_id: c.row_id,
+        });
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Fragments no segment of the view covers.
+pub fn unindexed(view: &IndexView<'_>) -> Vec<usize> {
+    view.fragments
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| {
+            !view
+                .segments
+                .iter()
+                .any(|s| s.meta.fragments.contains(&f.meta.id))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The single-query path, run for each query of the batch on its own
+/// (queries are shared out to threads; nothing else is shared but the
+/// masks). Returns one heap of depth k + offset per query, before the
+/// postfilter and paging.
+pub fn search_per_query(
+    view: &IndexView<'_>,
+    batch: &ValidatedBatch,
+    profile: &mut Profile,
+) -> Result<Vec<TopK>> {
+    let masks = Masks::build(view.fragments, batch, profile)?;
+    let unindexed = unindexed(view);
+    let n = batch.len();
+    let threads = view.threads.clamp(1, n);
+    let per = n.div_ceil(threads);
+    let t = Instant::now();
+    let run = |part: usize| -> Result<(Vec<TopK>, Profile)> {
+        let mut local = Profile::default();
+        let mut heaps = Vec::new();
+        for qi in part * per..((part + 1) * per).min(n) {
+            heaps.push(search_one(view, batch, qi, &masks, &unindexed, &mut local)?);
+        }
+        Ok((heaps, local))
+    };
+    let parts: Vec<Result<(Vec<TopK>, Profile)>> = if threads == 1 {
+        vec![run(0)]
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|part| s.spawn(move || run(part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Internal("search thread panicked".into())))
+                })
+                .collect()
+        })
+    };
+    let mut heaps = Vec::with_capacity(n);
+    for part in parts {
+        let (h, p) = part?;
+        heaps.extend(h);
+        profile.pairs_probed += p.pairs_probed;
+        profile.distinct_partitions += p.distinct_partitions;
+        profile.cache_hits += p.cache_hits;
+        profile.cache_misses += p.cache_misses;
+        profile.bytes_read += p.bytes_read;
+        profile.rows_scored += p.rows_scored;
+        profile.rank_ms += p.rank_ms;
+    }
+    profile.scan_ms += ms_since(t) - profile.rank_ms / threads as f64;
+    Ok(heaps)
+}
+
+/// One query, alone.
+fn search_one(
+    view: &IndexView<'_>,
+    batch: &ValidatedBatch,
+    qi: usize,
+    masks: &Masks,
+    unindexed: &[usize],
+    profile: &mut Profile,
+) -> Result<TopK> {
+    let depth = batch.depth(qi);
+    let cap = depth.saturating_mul(batch.options.refine_factor.unwrap_or(1));
+    let one = batch.subset(&[qi]);
+    let q = one.queries.row(0);
+    let qn = one.queries.norms_sq[0];
+    let mut heap = TopK::new(cap);
+    let (mut scores, mut table) = (Vec::new(), Vec::new());
+    for seg in &view.segments {
+        let (min, limit) = match batch.options.nprobes {
+            Nprobes::Fixed(n) => (n, n),
+            Nprobes::Adaptive { min, max } => (min, max),
+        };
+        let t = Instant::now();
+        let ranked = rank_partitions(seg, batch.metric, &one.queries, limit);
+        profile.rank_ms += ms_since(t);
+        let mut passed = 0usize;
+        for (i, &p) in ranked[0].iter().enumerate() {
+            if i >= min && passed >= depth {
+                break;
+            }
+            let (part, read) = seg.partition(p, view.cache)?;
+            match read {
+                Some(bytes) => {
+                    profile.cache_misses += 1;
+                    profile.bytes_read += bytes;
+                }
+                None => profile.cache_hits += 1,
+            }
+            profile.pairs_probed += 1;
+            profile.distinct_partitions += 1;
+            profile.rows_scored += part.len() as u64;
+            score_partition(
+                seg,
+                p,
+                &part,
+                batch.metric,
+                q,
+                &[qn],
+                &mut scores,
+                &mut table,
+            );
+            passed += push_scored(&scores[..part.len()], &part.row_ids, masks, &mut heap);
+        }
+    }
+    let mut found = heap.into_sorted_vec();
+    if batch.options.refine_factor.is_some() {
+        found = refine(&found, view.fragments, &batch.column, batch.metric, q, qn)?;
+    }
+    let mut out = TopK::new(depth);
+    for c in found {
+        out.push(c);
+    }
+    if !batch.options.fast_search && !unindexed.is_empty() {
+        let items: Vec<(&FragmentView, &RowMask)> = unindexed
+            .iter()
+            .map(|&i| (&view.fragments[i], masks.of(i)))
+            .collect();
+        for h in exact::scan(&items, &one, 1, Kernel::detect())? {
+            out.merge(h);
+        }
+        profile.rows_scored += items.iter().map(|(f, _)| f.data.rows as u64).sum::<u64>();
+    }
+    Ok(out)
+}

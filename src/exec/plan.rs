@@ -1,0 +1,64 @@
+//! Choosing how a validated batch runs, and running it.
+//!
+//! | case | mode |
+//! |---|---|
+//! | `mode = exact`, `use_index = false`, or no index on the column | `exact` |
+//! | an index, fixed or adaptive nprobes, any refine factor | `per_query` |
+//!
+//! An index built for another metric than the query's is refused with a
+//! clear error rather than searched with the wrong distances.
+
+use crate::error::{Error, Result};
+use crate::exec::ann::{self, IndexView};
+use crate::exec::exact;
+use crate::exec::profile::{ms_since, Profile};
+use crate::query::{Candidate, SearchMode, ValidatedBatch};
+use std::time::Instant;
+
+/// Runs `batch` over `view`; returns each query's rows (postfilter, offset
+/// and k applied) and the batch's profile.
+pub fn execute(
+    view: &IndexView<'_>,
+    batch: &ValidatedBatch,
+) -> Result<(Vec<Vec<Candidate>>, Profile)> {
+    let mut profile = Profile {
+        queries: batch.len(),
+        ..Profile::default()
+    };
+    let wants_index = batch.mode != SearchMode::Exact && batch.options.use_index;
+    if wants_index && !view.segments.is_empty() {
+        if let Some(seg) = view.segments.iter().find(|s| s.meta.metric != batch.metric) {
+            return Err(Error::InvalidArgument(format!(
+                "the index on column '{}' was built for metric {}, but the query asks for {}; \
+                 search exactly (mode exact or use_index = false) or build an index for {}",
+                batch.column, seg.meta.metric, batch.metric, batch.metric
+            )));
+        }
+        profile.mode = "per_query".into();
+        let heaps = ann::search_per_query(view, batch, &mut profile)?;
+        let t = Instant::now();
+        let out = exact::postfilter_and_page(view.fragments, batch, heaps)?;
+        profile.merge_ms += ms_since(t);
+        return Ok((out, profile));
+    }
+    profile.mode = "exact".into();
+    if batch.mode == SearchMode::PerQuery {
+        profile.fallback_reason = Some(format!("column '{}' has no index", batch.column));
+    } else if batch.mode == SearchMode::Auto
+        && !batch.options.use_index
+        && !view.segments.is_empty()
+    {
+        profile.fallback_reason = Some("use_index = false".into());
+    }
+    let t = Instant::now();
+    let out = exact::search(view.fragments, batch, view.threads)?;
+    profile.prefilter_builds += view.fragments.len();
+    profile.rows_scored += view
+        .fragments
+        .iter()
+        .map(|f| f.data.rows as u64)
+        .sum::<u64>()
+        * batch.len() as u64;
+    profile.scan_ms += ms_since(t);
+    Ok((out, profile))
+}

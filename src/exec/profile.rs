@@ -1,0 +1,73 @@
+//! Per-batch explain/profile counters.
+
+use serde::Serialize;
+
+/// What one batch did, for `--explain` and benchmarks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Profile {
+    /// Query vectors in the batch.
+    pub queries: usize,
+    /// Execution mode: `exact`, `per_query` or `shared_scan`.
+    pub mode: String,
+    /// Why the batch did not take the mode it asked for, if it did not.
+    pub fallback_reason: Option<String>,
+    /// Prefilter masks built (one per fragment per batch).
+    pub prefilter_builds: usize,
+    /// Time building them.
+    pub prefilter_ms: f64,
+    /// (query, partition) pairs probed, summed over queries.
+    pub pairs_probed: u64,
+    /// Distinct partitions read by the batch.
+    pub distinct_partitions: u64,
+    /// Partition requests answered by the cache.
+    pub cache_hits: u64,
+    /// Partition requests that loaded from disk.
+    pub cache_misses: u64,
+    /// Bytes read from partition files.
+    pub bytes_read: u64,
+    /// (query, row) distances computed.
+    pub rows_scored: u64,
+    /// Time ranking centroids.
+    pub rank_ms: f64,
+    /// Time scanning partitions and fragments.
+    pub scan_ms: f64,
+    /// Time merging, refining and paging.
+    pub merge_ms: f64,
+    /// Time materialising ids and projected columns.
+    pub materialise_ms: f64,
+}
+
+impl Profile {
+    /// Human-readable multi-line summary.
+    pub fn render(&self) -> String {
+        let mut s = format!("mode {}", self.mode);
+        if let Some(r) = &self.fallback_reason {
+            s.push_str(&format!(" (fallback: {r})"));
+        }
+        s.push_str(&format!(
+            "\nqueries {}  prefilter builds {} ({:.2} ms)\n\
+             (query, partition) pairs {}  distinct partitions {}  cache hits {} misses {}  bytes read {}\n\
+             rows scored {}\n\
+             time: rank {:.2} ms  scan {:.2} ms  merge {:.2} ms  materialise {:.2} ms",
+            self.queries,
+            self.prefilter_builds,
+            self.prefilter_ms,
+            self.pairs_probed,
+            self.distinct_partitions,
+            self.cache_hits,
+            self.cache_misses,
+            self.bytes_read,
+            self.rows_scored,
+            self.rank_ms,
+            self.scan_ms,
+            self.merge_ms,
+            self.materialise_ms
+        ));
+        s
+    }
+}
+
+/// Milliseconds since `t`.
+pub fn ms_since(t: std::time::Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}

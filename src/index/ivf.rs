@@ -1,0 +1,527 @@
+//! IVF index segments: training, building, and loading.
+//!
+//! A segment covers a set of fragments of one vector column. It holds the
+//! coarse centroids, the quantizer (PQ codebooks or SQ ranges), and one
+//! partition record per centroid (see [`partition`](crate::index::partition)):
+//!
+//! ```text
+//! indices/<segment-id>/segment.json    directory: offset, length, rows per partition; model checksum
+//! indices/<segment-id>/model.bin       centroids (f32, partitions × dim), then PQ codebooks or SQ min/step
+//! indices/<segment-id>/partitions.bin  the partition records
+//! ```
+//!
+//! Rows are assigned to partitions by the *coarse metric*: cosine for a
+//! cosine index (spherical k-means), l2 otherwise. A delta segment built by
+//! `optimize` reuses the model of the segment that trained it.
+
+use crate::error::{Error, Result};
+use crate::index::cache::PartitionCache;
+use crate::index::distance::{Metric, PreparedQueries, VectorBlocks};
+use crate::index::kmeans::{self, KMeansParams};
+use crate::index::partition::{encode_partition, read_partition, EncodedRows, Partition};
+use crate::index::pq::ProductQuantizer;
+use crate::index::sq::ScalarQuantizer;
+use crate::storage::manifest::write_synced;
+use crate::storage::FragmentView;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Directory of index segments inside a dataset.
+pub const INDICES_DIR: &str = "indices";
+
+/// The type of an IVF index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum IndexKind {
+    /// Float32 vectors per partition.
+    IvfFlat,
+    /// Residual product quantization with `sub_vectors` 8-bit codes.
+    IvfPq {
+        /// Number of sub-vectors (bytes per code); divides the dimension.
+        sub_vectors: usize,
+    },
+    /// 8-bit scalar quantization per dimension.
+    IvfSq,
+}
+
+impl IndexKind {
+    /// Short name (`ivf_flat`, `ivf_pq`, `ivf_sq`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            IndexKind::IvfFlat => "ivf_flat",
+            IndexKind::IvfPq { .. } => "ivf_pq",
+            IndexKind::IvfSq => "ivf_sq",
+        }
+    }
+}
+
+/// How to build an index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexParams {
+    /// Index type.
+    pub kind: IndexKind,
+    /// Number of partitions (k-means centroids).
+    pub partitions: usize,
+    /// Training sample: at most this many rows per partition.
+    pub sample_per_partition: usize,
+    /// Lloyd iterations for centroids and codebooks.
+    pub iterations: usize,
+    /// Random seed (sampling, k-means++).
+    pub seed: u64,
+}
+
+impl IndexParams {
+    /// Defaults: 256-row sample per partition, 25 iterations, seed 42.
+    pub fn new(kind: IndexKind, partitions: usize) -> Self {
+        IndexParams {
+            kind,
+            partitions,
+            sample_per_partition: 256,
+            iterations: 25,
+            seed: 42,
+        }
+    }
+}
+
+/// A segment as recorded in the manifest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexSegmentMeta {
+    /// Directory name under `indices/`.
+    pub id: String,
+    /// The vector column indexed.
+    pub column: String,
+    /// The metric the index was built for.
+    pub metric: Metric,
+    /// Build parameters.
+    pub params: IndexParams,
+    /// Fragments covered.
+    pub fragments: Vec<u32>,
+    /// Rows indexed.
+    pub rows: u64,
+    /// Segment whose model (centroids, quantizer) this one uses; its own id
+    /// for a trained segment.
+    pub trained_in: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct PartitionEntry {
+    offset: u64,
+    len: u64,
+    rows: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SegmentDirectory {
+    format: u32,
+    dim: usize,
+    model_bytes: u64,
+    model_crc32: u32,
+    partitions: Vec<PartitionEntry>,
+}
+
+/// Centroids and quantizer: everything needed to assign and encode.
+#[derive(Clone, Debug)]
+pub struct IvfModel {
+    /// Dimension.
+    pub dim: usize,
+    /// Centroids, row-major.
+    pub centroid_rows: Vec<f32>,
+    /// Centroids, block-transposed for the ranking kernel.
+    pub centroids: VectorBlocks,
+    /// PQ codebooks (IVF_PQ).
+    pub pq: Option<ProductQuantizer>,
+    /// SQ ranges (IVF_SQ).
+    pub sq: Option<ScalarQuantizer>,
+}
+
+/// The metric partitions are assigned and ranked by.
+pub fn coarse_metric(metric: Metric) -> Metric {
+    if metric == Metric::Cosine {
+        Metric::Cosine
+    } else {
+        Metric::L2
+    }
+}
+
+/// Row-major vectors (and row ids) of the non-deleted rows of `fragments`.
+fn gather(fragments: &[FragmentView], column: &str) -> Result<(Vec<u64>, Vec<f32>)> {
+    let mut ids = Vec::new();
+    let mut rows = Vec::new();
+    for f in fragments {
+        let v = f
+            .data
+            .vectors
+            .get(column)
+            .ok_or_else(|| Error::Internal(format!("fragment lacks column {column}")))?;
+        for i in 0..f.data.rows {
+            if f.deleted.as_ref().is_some_and(|d| d.contains(i as u32)) {
+                continue;
+            }
+            ids.push((f.meta.id as u64) << 32 | i as u64);
+            rows.extend(v.vector(i));
+        }
+    }
+    Ok((ids, rows))
+}
+
+/// What the quantizers see of a row: normalised for cosine, raw otherwise.
+fn quantizer_input(metric: Metric, dim: usize, rows: &[f32]) -> Vec<f32> {
+    if metric == Metric::Cosine {
+        PreparedQueries::new(Metric::Cosine, dim, rows).data
+    } else {
+        rows.to_vec()
+    }
+}
+
+fn train_model(
+    params: &IndexParams,
+    metric: Metric,
+    dim: usize,
+    rows: &[f32],
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<IvfModel> {
+    let n = rows.len() / dim;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(params.seed);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rng);
+    order.truncate((params.partitions * params.sample_per_partition.max(1)).min(n));
+    order.sort_unstable();
+    let sample: Vec<f32> = order
+        .iter()
+        .flat_map(|&i| rows[i * dim..(i + 1) * dim].iter().copied())
+        .collect();
+    let kparams = KMeansParams {
+        k: params.partitions,
+        iterations: params.iterations,
+        seed: params.seed,
+        metric: coarse_metric(metric),
+    };
+    let centroid_rows = kmeans::train(&sample, dim, &kparams, &mut |i, t| {
+        progress("k-means", i, t)
+    });
+    let centroids = VectorBlocks::from_rows(dim, &centroid_rows);
+    let (pq, sq) = match params.kind {
+        IndexKind::IvfFlat => (None, None),
+        IndexKind::IvfSq => (
+            None,
+            Some(ScalarQuantizer::train(
+                &quantizer_input(metric, dim, &sample),
+                dim,
+            )),
+        ),
+        IndexKind::IvfPq { sub_vectors } => {
+            let assigned = kmeans::assign(&sample, dim, &centroids, coarse_metric(metric));
+            let input = quantizer_input(metric, dim, &sample);
+            let residuals = residuals_of(&input, dim, &assigned, &centroid_rows);
+            let pq = ProductQuantizer::train(
+                &residuals,
+                dim,
+                sub_vectors,
+                params.iterations,
+                params.seed,
+                &mut |i, t| progress("pq codebooks", i, t),
+            );
+            (Some(pq), None)
+        }
+    };
+    Ok(IvfModel {
+        dim,
+        centroid_rows,
+        centroids,
+        pq,
+        sq,
+    })
+}
+
+/// PQ inputs: each row's residual to its partition centroid. (For dot, the
+/// search adds the `−q·c` term of the centroid separately.)
+fn residuals_of(input: &[f32], dim: usize, assigned: &[(u32, f32)], centroids: &[f32]) -> Vec<f32> {
+    let mut out = input.to_vec();
+    for (row, (c, _)) in out.chunks_exact_mut(dim).zip(assigned) {
+        let c = &centroids[*c as usize * dim..(*c as usize + 1) * dim];
+        for (x, y) in row.iter_mut().zip(c) {
+            *x -= y;
+        }
+    }
+    out
+}
+
+fn model_bytes(model: &IvfModel) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut put = |xs: &[f32]| {
+        xs.iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+    };
+    put(&model.centroid_rows);
+    if let Some(pq) = &model.pq {
+        put(&pq.codebook);
+    }
+    if let Some(sq) = &model.sq {
+        put(&sq.min);
+        put(&sq.step);
+    }
+    out
+}
+
+/// Checks build parameters against the data.
+pub fn validate_params(params: &IndexParams, dim: usize, rows: u64) -> Result<()> {
+    if params.partitions == 0 {
+        return Err(Error::InvalidArgument(
+            "partitions must be at least 1".into(),
+        ));
+    }
+    if params.partitions as u64 > rows {
+        return Err(Error::InvalidArgument(format!(
+            "{} partitions for {rows} rows: an index needs at least as many rows as partitions",
+            params.partitions
+        )));
+    }
+    if params.iterations == 0 || params.sample_per_partition == 0 {
+        return Err(Error::InvalidArgument(
+            "iterations and sample size must be at least 1".into(),
+        ));
+    }
+    if let IndexKind::IvfPq { sub_vectors } = params.kind {
+        if sub_vectors == 0 || !dim.is_multiple_of(sub_vectors) {
+            return Err(Error::InvalidArgument(format!(
+                "sub-vectors must divide the dimension {dim}; {sub_vectors} does not"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Builds a segment over `fragments` and writes its files. Trains a new
+/// model unless `model` (from an earlier segment) is given.
+#[allow(clippy::too_many_arguments)]
+pub fn build_segment(
+    root: &Path,
+    column: &str,
+    dim: usize,
+    metric: Metric,
+    params: &IndexParams,
+    fragments: &[FragmentView],
+    model: Option<(&IvfModel, &str)>,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<(IndexSegmentMeta, IvfModel)> {
+    let (row_ids, rows) = gather(fragments, column)?;
+    let id = format!("{}-{:016x}", params.kind.name(), rand::random::<u64>());
+    let (model, trained_in) = match model {
+        Some((m, from)) => (m.clone(), from.to_string()),
+        None => (
+            train_model(params, metric, dim, &rows, progress)?,
+            id.clone(),
+        ),
+    };
+    let nlist = model.centroids.len();
+    // Assign every row.
+    let assigned = kmeans::assign(&rows, dim, &model.centroids, coarse_metric(metric));
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); nlist];
+    for (i, (c, _)) in assigned.iter().enumerate() {
+        members[*c as usize].push(i);
+    }
+    let dir = root.join(INDICES_DIR).join(&id);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let mut file_bytes = Vec::new();
+    let mut entries = Vec::with_capacity(nlist);
+    let quant_in = if model.pq.is_some() || model.sq.is_some() {
+        quantizer_input(metric, dim, &rows)
+    } else {
+        Vec::new()
+    };
+    for (p, rows_in) in members.iter().enumerate() {
+        let ids: Vec<u64> = rows_in.iter().map(|&i| row_ids[i]).collect();
+        let record = match (&model.pq, &model.sq) {
+            (Some(pq), _) => {
+                let mut codes = vec![0u8; rows_in.len() * pq.m];
+                let c = &model.centroid_rows[p * dim..(p + 1) * dim];
+                let mut residual = vec![0.0f32; dim];
+                for (k, &i) in rows_in.iter().enumerate() {
+                    for j in 0..dim {
+                        residual[j] = quant_in[i * dim + j] - c[j];
+                    }
+                    pq.encode(&residual, &mut codes[k * pq.m..(k + 1) * pq.m]);
+                }
+                encode_partition(p as u32, dim, &ids, EncodedRows::Pq(&codes, pq.m))
+            }
+            (None, Some(sq)) => {
+                let mut codes = vec![0u8; rows_in.len() * dim];
+                for (k, &i) in rows_in.iter().enumerate() {
+                    sq.encode(
+                        &quant_in[i * dim..(i + 1) * dim],
+                        &mut codes[k * dim..(k + 1) * dim],
+                    );
+                }
+                encode_partition(p as u32, dim, &ids, EncodedRows::Sq(&codes))
+            }
+            (None, None) => {
+                let flat: Vec<f32> = rows_in
+                    .iter()
+                    .flat_map(|&i| rows[i * dim..(i + 1) * dim].iter().copied())
+                    .collect();
+                let blocks = VectorBlocks::from_rows(dim, &flat);
+                encode_partition(p as u32, dim, &ids, EncodedRows::Flat(&blocks))
+            }
+        };
+        entries.push(PartitionEntry {
+            offset: file_bytes.len() as u64,
+            len: record.len() as u64,
+            rows: ids.len() as u32,
+        });
+        file_bytes.extend_from_slice(&record);
+        progress("partitions", p + 1, nlist);
+    }
+    write_synced(&dir.join("partitions.bin"), &file_bytes)?;
+    let mbytes = model_bytes(&model);
+    write_synced(&dir.join("model.bin"), &mbytes)?;
+    let directory = SegmentDirectory {
+        format: 1,
+        dim,
+        model_bytes: mbytes.len() as u64,
+        model_crc32: crc32fast::hash(&mbytes),
+        partitions: entries,
+    };
+    let json = serde_json::to_vec_pretty(&directory).map_err(|e| Error::Internal(e.to_string()))?;
+    write_synced(&dir.join("segment.json"), &json)?;
+    crate::storage::manifest::sync_dir(&dir)?;
+    let meta = IndexSegmentMeta {
+        id,
+        column: column.to_string(),
+        metric,
+        params: params.clone(),
+        fragments: fragments.iter().map(|f| f.meta.id).collect(),
+        rows: row_ids.len() as u64,
+        trained_in,
+    };
+    Ok((meta, model))
+}
+
+/// A segment opened for search.
+#[derive(Debug)]
+pub struct LoadedSegment {
+    /// Manifest entry.
+    pub meta: IndexSegmentMeta,
+    /// Centroids and quantizer.
+    pub model: IvfModel,
+    /// Cache key prefix.
+    pub key: Arc<str>,
+    directory: Vec<PartitionEntry>,
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl LoadedSegment {
+    /// Opens a segment's files and checks the model's checksum.
+    pub fn open(root: &Path, meta: &IndexSegmentMeta, dim: usize) -> Result<LoadedSegment> {
+        let dir = root.join(INDICES_DIR).join(&meta.id);
+        let missing = |p: &Path, e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::corrupt(p, "index file is missing"),
+            _ => Error::io(p, e),
+        };
+        let dpath = dir.join("segment.json");
+        let bytes = std::fs::read(&dpath).map_err(|e| missing(&dpath, e))?;
+        let directory: SegmentDirectory =
+            serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&dpath, e.to_string()))?;
+        let mpath = dir.join("model.bin");
+        let model_raw = std::fs::read(&mpath).map_err(|e| missing(&mpath, e))?;
+        if model_raw.len() as u64 != directory.model_bytes
+            || crc32fast::hash(&model_raw) != directory.model_crc32
+        {
+            return Err(Error::corrupt(&mpath, "checksum mismatch"));
+        }
+        if directory.dim != dim {
+            return Err(Error::corrupt(
+                &dpath,
+                "dimension differs from the column's",
+            ));
+        }
+        let floats: Vec<f32> = model_raw
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let nlist = directory.partitions.len();
+        let take = |from: usize, n: usize| -> Result<Vec<f32>> {
+            floats
+                .get(from..from + n)
+                .map(|s| s.to_vec())
+                .ok_or_else(|| Error::corrupt(&mpath, "model is too short"))
+        };
+        let centroid_rows = take(0, nlist * dim)?;
+        let mut at = nlist * dim;
+        let (pq, sq) = match meta.params.kind {
+            IndexKind::IvfFlat => (None, None),
+            IndexKind::IvfPq { sub_vectors } => {
+                let n = dim * crate::index::pq::CODES;
+                let codebook = take(at, n)?;
+                at += n;
+                (
+                    Some(ProductQuantizer {
+                        dim,
+                        m: sub_vectors,
+                        codebook,
+                    }),
+                    None,
+                )
+            }
+            IndexKind::IvfSq => {
+                let min = take(at, dim)?;
+                let step = take(at + dim, dim)?;
+                at += 2 * dim;
+                (None, Some(ScalarQuantizer { min, step }))
+            }
+        };
+        if at != floats.len() {
+            return Err(Error::corrupt(&mpath, "model has unexpected length"));
+        }
+        let ppath = dir.join("partitions.bin");
+        let file = std::fs::File::open(&ppath).map_err(|e| missing(&ppath, e))?;
+        Ok(LoadedSegment {
+            meta: meta.clone(),
+            model: IvfModel {
+                dim,
+                centroids: VectorBlocks::from_rows(dim, &centroid_rows),
+                centroid_rows,
+                pq,
+                sq,
+            },
+            key: Arc::from(meta.id.as_str()),
+            directory: directory.partitions,
+            path: ppath,
+            file,
+        })
+    }
+
+    /// Number of partitions.
+    pub fn partitions(&self) -> usize {
+        self.directory.len()
+    }
+
+    /// Rows in partition `p` (from the directory, without loading it).
+    pub fn partition_rows(&self, p: u32) -> usize {
+        self.directory[p as usize].rows as usize
+    }
+
+    /// Partition `p`, through the cache, with the bytes read on a miss.
+    pub fn partition(
+        &self,
+        p: u32,
+        cache: &PartitionCache,
+    ) -> Result<(Arc<Partition>, Option<u64>)> {
+        let entry = &self.directory[p as usize];
+        cache.get((self.key.clone(), p), || {
+            let part = read_partition(
+                &self.path,
+                &self.file,
+                p,
+                entry.offset,
+                entry.len,
+                self.model.sq.as_ref(),
+            )?;
+            Ok((part, entry.len))
+        })
+    }
+}
