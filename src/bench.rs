@@ -371,6 +371,12 @@ pub struct IvfReport {
     pub rows_measured: Vec<IvfRow>,
 }
 
+/// The IVF benchmarks' synthetic set: 1,000 overlapping clusters (noise
+/// 0.6), queries drawn from the same clusters as the base.
+fn synthetic(n: usize, dim: usize) -> Vec<f32> {
+    crate::demo::clustered_vectors_with_noise(n, dim, 1000, 0.6, 3)
+}
+
 /// Recall@k of `found` ids against `truth` (best first).
 pub fn recall_at_k(found: &[Vec<i64>], truth: &[Vec<i32>], k: usize) -> f64 {
     let mut hit = 0usize;
@@ -406,7 +412,7 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
     };
     let queries: Vec<Vec<f32>> = match &opts.queries {
         Some(p) => read_vectors(p)?.1,
-        None => clustered_vectors(opts.rows + opts.num_queries, dim, 1000, 3)[opts.rows * dim..]
+        None => synthetic(opts.rows + opts.num_queries, dim)[opts.rows * dim..]
             .chunks(dim)
             .map(|c| c.to_vec())
             .collect(),
@@ -525,4 +531,190 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
         );
     }
     Ok(report)
+}
+
+/// What `shoal bench --mode batch` measures.
+#[derive(Clone, Debug)]
+pub struct BatchBenchOptions {
+    /// An existing, indexed dataset.
+    pub dataset: std::path::PathBuf,
+    /// Query vectors (.fvecs/.npy).
+    pub queries: std::path::PathBuf,
+    /// Ground truth (.ivecs of ids), for recall; optional.
+    pub groundtruth: Option<std::path::PathBuf>,
+    /// k.
+    pub k: usize,
+    /// Fixed nprobes.
+    pub nprobes: usize,
+    /// Batch sizes.
+    pub batch_sizes: Vec<usize>,
+    /// Modes to compare.
+    pub modes: Vec<crate::query::SearchMode>,
+    /// Passes over the query set per measurement (after one warm-up pass).
+    pub passes: usize,
+}
+
+/// One (mode, batch size) row.
+#[derive(Clone, Debug, Serialize)]
+pub struct BatchRow {
+    /// Mode asked for.
+    pub mode: String,
+    /// Mode the planner ran.
+    pub ran_as: String,
+    /// Queries per batch.
+    pub batch: usize,
+    /// Query vectors answered.
+    pub queries: usize,
+    /// Query vectors per second.
+    pub qps: f64,
+    /// Batch latency, median, ms.
+    pub batch_p50_ms: f64,
+    /// Batch latency, 99th percentile, ms.
+    pub batch_p99_ms: f64,
+    /// Wall time per query vector, µs (not request latency).
+    pub amortised_us: f64,
+    /// recall@k, when ground truth was given.
+    pub recall: Option<f64>,
+    /// (query, partition) pairs per batch.
+    pub pairs_per_batch: f64,
+    /// Distinct partitions read per batch.
+    pub distinct_per_batch: f64,
+    /// Partition loads that missed the cache, per batch.
+    pub misses_per_batch: f64,
+    /// Scan GFLOP/s (flat/SQ rows scored × dim × 2 ÷ scan time).
+    pub scan_gflops: f64,
+    /// Peak resident memory of the process so far, MiB.
+    pub peak_rss_mib: f64,
+}
+
+/// Peak resident set size (VmHWM) in MiB, where the OS reports it.
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// Shared scan against the per-query loop on an indexed dataset.
+pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchRow>> {
+    use crate::query::Nprobes;
+    use crate::storage::ingest::{read_ivecs, read_vectors};
+    let ds = Dataset::open_with_config(&opts.dataset, config.clone())?;
+    let (_, queries) = read_vectors(&opts.queries)?;
+    let truth = match &opts.groundtruth {
+        Some(p) => Some(read_ivecs(p)?),
+        None => None,
+    };
+    let (_, dim, _) = ds.schema().vector_column(None)?;
+    let mut rows = Vec::new();
+    for &mode in &opts.modes {
+        for &b in &opts.batch_sizes {
+            let batches: Vec<BatchQuery> = queries
+                .chunks(b)
+                .map(|c| {
+                    let mut q = BatchQuery::new(c.to_vec(), opts.k);
+                    q.mode = mode;
+                    q.options.nprobes = Nprobes::Fixed(opts.nprobes);
+                    q
+                })
+                .collect();
+            for q in &batches {
+                ds.search_batch(q)?; // warm-up pass: cache filled
+            }
+            let mut laps = Vec::new();
+            let mut found = Vec::with_capacity(queries.len());
+            let mut totals = crate::exec::Profile::default();
+            let start = Instant::now();
+            for pass in 0..opts.passes.max(1) {
+                for q in &batches {
+                    let t = Instant::now();
+                    let (res, p) = ds.search_batch_profiled(q)?;
+                    laps.push(t.elapsed());
+                    totals.mode = p.mode.clone();
+                    totals.pairs_probed += p.pairs_probed;
+                    totals.distinct_partitions += p.distinct_partitions;
+                    totals.cache_misses += p.cache_misses;
+                    totals.rows_scored += p.rows_scored;
+                    totals.scan_ms += p.scan_ms;
+                    if pass == 0 {
+                        found.extend(
+                            res.hits
+                                .into_iter()
+                                .map(|h| h.into_iter().map(|h| h.id).collect::<Vec<i64>>()),
+                        );
+                    }
+                }
+            }
+            let elapsed = start.elapsed().as_secs_f64();
+            let answered = queries.len() * opts.passes.max(1);
+            laps.sort();
+            let pct =
+                |p: f64| laps[((laps.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e3;
+            let nb = laps.len() as f64;
+            let flat_scoring = ds
+                .index_segments()
+                .iter()
+                .all(|s| !matches!(s.params.kind, crate::index::IndexKind::IvfPq { .. }));
+            rows.push(BatchRow {
+                mode: format!("{mode:?}"),
+                ran_as: totals.mode.clone(),
+                batch: b,
+                queries: answered,
+                qps: answered as f64 / elapsed,
+                batch_p50_ms: pct(0.5),
+                batch_p99_ms: pct(0.99),
+                amortised_us: elapsed * 1e6 / answered as f64,
+                recall: truth.as_ref().map(|t| recall_at_k(&found, t, opts.k)),
+                pairs_per_batch: totals.pairs_probed as f64 / nb,
+                distinct_per_batch: totals.distinct_partitions as f64 / nb,
+                misses_per_batch: totals.cache_misses as f64 / nb,
+                scan_gflops: if flat_scoring && totals.scan_ms > 0.0 {
+                    totals.rows_scored as f64 * dim as f64 * 2.0 / (totals.scan_ms * 1e6)
+                } else {
+                    0.0
+                },
+                peak_rss_mib: peak_rss_mib(),
+            });
+            let r = rows.last().map(|r| r.qps).unwrap_or(0.0);
+            eprintln!("  {mode:?} batch {b}: {r:.0} QPS");
+        }
+    }
+    println!(
+        "batch benchmark: {} ({} rows), {} queries, k = {}, nprobes = {}, cache {} bytes",
+        opts.dataset.display(),
+        ds.count_rows(),
+        queries.len(),
+        opts.k,
+        opts.nprobes,
+        config.cache.capacity_bytes
+    );
+    println!("\n| mode (ran as) | batch | QPS | batch p50 ms | batch p99 ms | µs/query | recall@{} | pairs/batch | distinct partitions/batch | overlap | misses/batch | scan GFLOP/s | peak RSS MiB |", opts.k);
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        println!(
+            "| {} ({}) | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {:.0} |",
+            r.mode,
+            r.ran_as,
+            r.batch,
+            r.qps,
+            r.batch_p50_ms,
+            r.batch_p99_ms,
+            r.amortised_us,
+            r.recall.map_or("-".into(), |x| format!("{x:.3}")),
+            r.pairs_per_batch,
+            r.distinct_per_batch,
+            if r.distinct_per_batch > 0.0 { r.pairs_per_batch / r.distinct_per_batch } else { 0.0 },
+            r.misses_per_batch,
+            if r.scan_gflops > 0.0 { format!("{:.1}", r.scan_gflops) } else { "-".into() },
+            r.peak_rss_mib
+        );
+    }
+    Ok(rows)
 }

@@ -20,6 +20,19 @@ pub const CATEGORIES: [&str; 5] = ["noun", "verb", "adj", "adv", "other"];
 /// `n` vectors of `dim` floats drawn around `clusters` random centres
 /// (Gaussian-ish noise), deterministic for `seed`. Row-major.
 pub fn clustered_vectors(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
+    clustered_vectors_with_noise(n, dim, clusters, 0.15, seed)
+}
+
+/// Like [`clustered_vectors`], with per-coordinate noise the sum of three
+/// uniforms in `±noise` (centres are uniform in ±1: a noise of 0.6 makes
+/// clusters overlap, as real embeddings do).
+pub fn clustered_vectors_with_noise(
+    n: usize,
+    dim: usize,
+    clusters: usize,
+    noise: f32,
+    seed: u64,
+) -> Vec<f32> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let centres: Vec<f32> = (0..clusters.max(1) * dim)
         .map(|_| rng.random_range(-1.0f32..1.0))
@@ -29,8 +42,8 @@ pub fn clustered_vectors(n: usize, dim: usize, clusters: usize, seed: u64) -> Ve
         let c = rng.random_range(0..clusters.max(1));
         for j in 0..dim {
             // Sum of three uniforms: cheap, bell-shaped noise.
-            let noise: f32 = (0..3).map(|_| rng.random_range(-0.15f32..0.15)).sum();
-            out.push(centres[c * dim + j] + noise);
+            let e: f32 = (0..3).map(|_| rng.random_range(-noise..noise)).sum();
+            out.push(centres[c * dim + j] + e);
         }
     }
     out

@@ -1,7 +1,10 @@
 //! The `shoal` command line: demo, ingest, info, search, delete, bench.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use shoal::bench::{run_exact, run_ivf, write_json, ExactBenchOptions, IvfBenchOptions};
+use shoal::bench::{
+    run_batch, run_exact, run_ivf, write_json, BatchBenchOptions, ExactBenchOptions,
+    IvfBenchOptions,
+};
 use shoal::index::{IndexKind, IndexParams};
 use shoal::query::{FilterMode, Nprobes, PerQuery, SearchMode, SearchOptions};
 use shoal::storage::ingest::{ingest, read_vectors, write_ivecs, IngestOptions};
@@ -48,6 +51,8 @@ enum ModeArg {
     Exact,
     /// The single-query ANN path for each query.
     PerQuery,
+    /// The shared IVF partition scan.
+    Shared,
 }
 
 impl From<ModeArg> for SearchMode {
@@ -56,6 +61,7 @@ impl From<ModeArg> for SearchMode {
             ModeArg::Auto => SearchMode::Auto,
             ModeArg::Exact => SearchMode::Exact,
             ModeArg::PerQuery => SearchMode::PerQuery,
+            ModeArg::Shared => SearchMode::Shared,
         }
     }
 }
@@ -75,6 +81,8 @@ enum BenchModeArg {
     Exact,
     /// IVF indexes: build time, recall@k and QPS per nprobes.
     Ivf,
+    /// Shared scan vs per-query loop on an indexed dataset, per batch size.
+    Batch,
 }
 
 /// Index-search options shared by `search` and `bench`.
@@ -281,6 +289,23 @@ enum Command {
         /// ivf: write the base, queries and ground truth used to this directory.
         #[arg(long)]
         export: Option<PathBuf>,
+        /// batch: the indexed dataset.
+        #[arg(long)]
+        dataset: Option<PathBuf>,
+        /// batch: modes to compare.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "per-query,shared"
+        )]
+        modes: Vec<ModeArg>,
+        /// batch: partition cache capacity in bytes (default: the config's).
+        #[arg(long)]
+        cache_bytes: Option<u64>,
+        /// batch: timed passes over the queries.
+        #[arg(long, default_value_t = 3)]
+        passes: usize,
     },
 }
 
@@ -471,6 +496,10 @@ fn run(cli: Cli) -> Result<()> {
             nprobes,
             num_queries,
             export,
+            dataset,
+            modes,
+            cache_bytes,
+            passes,
         } => match mode {
             BenchModeArg::Exact => {
                 let opts = ExactBenchOptions {
@@ -511,6 +540,32 @@ fn run(cli: Cli) -> Result<()> {
                 let report = run_ivf(&opts, &config)?;
                 if let Some(p) = json {
                     write_json(&p, &report)?;
+                }
+                Ok(())
+            }
+            BenchModeArg::Batch => {
+                let (Some(dataset), Some(queries)) = (dataset, queries) else {
+                    return Err(Error::InvalidArgument(
+                        "--mode batch needs --dataset and --queries".into(),
+                    ));
+                };
+                let mut config = config;
+                if let Some(c) = cache_bytes {
+                    config.cache.capacity_bytes = c;
+                }
+                let opts = BatchBenchOptions {
+                    dataset,
+                    queries,
+                    groundtruth,
+                    k,
+                    nprobes: nprobes.first().copied().unwrap_or(16),
+                    batch_sizes,
+                    modes: modes.into_iter().map(Into::into).collect(),
+                    passes,
+                };
+                let rows = run_batch(&opts, &config)?;
+                if let Some(p) = json {
+                    write_json(&p, &rows)?;
                 }
                 Ok(())
             }

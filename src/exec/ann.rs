@@ -15,7 +15,7 @@ use crate::exec::profile::{ms_since, Profile};
 use crate::index::distance::{dot_blocks, fma_dot, Kernel, Metric, PreparedQueries, BLOCK};
 use crate::index::ivf::{coarse_metric, LoadedSegment};
 use crate::index::partition::{Partition, Payload};
-use crate::index::pq::ProductQuantizer;
+use crate::index::pq::{ProductQuantizer, CODES};
 use crate::index::PartitionCache;
 use crate::query::{Candidate, Nprobes, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
@@ -123,10 +123,35 @@ pub fn rank_partitions(
         .collect()
 }
 
+/// PQ query tables ([`ProductQuantizer::query_table`]) of the queries
+/// `ids` of `queries` for `seg`, one `m × 256` block each, in `ids` order.
+/// Empty for flat and SQ segments.
+pub fn pq_tables(
+    seg: &LoadedSegment,
+    metric: Metric,
+    queries: &PreparedQueries,
+    ids: &[usize],
+) -> Vec<f32> {
+    let Some(pq) = &seg.model.pq else {
+        return Vec::new();
+    };
+    let width = pq.m * CODES;
+    let mut out = vec![0.0f32; ids.len() * width];
+    for (j, &qi) in ids.iter().enumerate() {
+        pq.query_table(
+            metric,
+            queries.row(qi),
+            &mut out[j * width..(j + 1) * width],
+        );
+    }
+    out
+}
+
 /// Distances of `nq` queries (row-major `qrows`, with `qnorms`) to every row
 /// of partition `p` of `seg`, written to `out[j * stride + r]`; returns the
-/// stride. Flat and SQ rows go through the dot kernel; PQ codes through one
-/// lookup table per query.
+/// stride. Flat and SQ rows go through the dot kernel; PQ codes through the
+/// query's table (`tables` block `table_ids[j]`, from [`pq_tables`]) plus the
+/// partition's row bases and the (query, partition) constant.
 #[allow(clippy::too_many_arguments)]
 pub fn score_partition(
     seg: &LoadedSegment,
@@ -135,8 +160,9 @@ pub fn score_partition(
     metric: Metric,
     qrows: &[f32],
     qnorms: &[f32],
+    tables: &[f32],
+    table_ids: &[usize],
     out: &mut Vec<f32>,
-    table: &mut Vec<f32>,
 ) -> usize {
     let nq = qnorms.len();
     let dim = seg.model.dim;
@@ -154,36 +180,23 @@ pub fn score_partition(
             }
             stride
         }
-        Payload::Pq { m, codes } => {
-            let pq = match &seg.model.pq {
-                Some(pq) => pq,
-                None => return 0,
-            };
+        Payload::Pq { m, codes, row_base } => {
             let rows = part.len();
             out.resize(nq * rows, 0.0);
+            let width = m * CODES;
             let c = &seg.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
-            let mut residual = vec![0.0f32; dim];
             for j in 0..nq {
                 let q = &qrows[j * dim..(j + 1) * dim];
-                // dot: −q·(c + y) = −q·c − Σ q_s·y_s; cosine: 1 − q̂·(c + y).
-                let base = if metric != Metric::L2 {
-                    pq.lookup_table(Metric::Dot, q, table);
-                    let qc = -fma_dot(q, c);
-                    if metric == Metric::Cosine {
-                        1.0 + qc
-                    } else {
-                        qc
-                    }
-                } else {
-                    for t in 0..dim {
-                        residual[t] = q[t] - c[t];
-                    }
-                    pq.lookup_table(metric, &residual, table);
-                    0.0
-                };
-                for (r, code) in codes.chunks_exact(*m).enumerate() {
-                    out[j * rows + r] = ProductQuantizer::score(table, code, base);
-                }
+                let constant = ProductQuantizer::query_constant(metric, q, c);
+                let table = &tables[table_ids[j] * width..(table_ids[j] + 1) * width];
+                ProductQuantizer::score_rows(
+                    table,
+                    codes,
+                    *m,
+                    constant,
+                    row_base,
+                    &mut out[j * rows..(j + 1) * rows],
+                );
             }
             rows
         }
@@ -326,8 +339,9 @@ fn search_one(
     let q = one.queries.row(0);
     let qn = one.queries.norms_sq[0];
     let mut heap = TopK::new(cap);
-    let (mut scores, mut table) = (Vec::new(), Vec::new());
+    let mut scores = Vec::new();
     for seg in &view.segments {
+        let tables = pq_tables(seg, batch.metric, &one.queries, &[0]);
         let (min, limit) = match batch.options.nprobes {
             Nprobes::Fixed(n) => (n, n),
             Nprobes::Adaptive { min, max } => (min, max),
@@ -358,8 +372,9 @@ fn search_one(
                 batch.metric,
                 q,
                 &[qn],
+                &tables,
+                &[0],
                 &mut scores,
-                &mut table,
             );
             passed += push_scored(&scores[..part.len()], &part.row_ids, masks, &mut heap);
         }

@@ -6,5 +6,6 @@ pub mod exact;
 pub mod materialise;
 pub mod plan;
 pub mod profile;
+pub mod shared_scan;
 
 pub use profile::Profile;

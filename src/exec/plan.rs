@@ -3,16 +3,20 @@
 //! | case | mode |
 //! |---|---|
 //! | `mode = exact`, `use_index = false`, or no index on the column | `exact` |
-//! | an index, fixed or adaptive nprobes, any refine factor | `per_query` |
+//! | an index, fixed nprobes, no refine factor | `shared_scan` |
+//! | an index, adaptive nprobes or a refine factor | `per_query` (reason recorded) |
+//! | `mode = per_query` | `per_query` |
+//!
+//! A fallback is never silent: the profile names the reason.
 //!
 //! An index built for another metric than the query's is refused with a
 //! clear error rather than searched with the wrong distances.
 
 use crate::error::{Error, Result};
 use crate::exec::ann::{self, IndexView};
-use crate::exec::exact;
 use crate::exec::profile::{ms_since, Profile};
-use crate::query::{Candidate, SearchMode, ValidatedBatch};
+use crate::exec::{exact, shared_scan};
+use crate::query::{Candidate, Nprobes, SearchMode, ValidatedBatch};
 use std::time::Instant;
 
 /// Runs `batch` over `view`; returns each query's rows (postfilter, offset
@@ -34,16 +38,35 @@ pub fn execute(
                 batch.column, seg.meta.metric, batch.metric, batch.metric
             )));
         }
-        profile.mode = "per_query".into();
-        let heaps = ann::search_per_query(view, batch, &mut profile)?;
+        let fallback = if matches!(batch.options.nprobes, Nprobes::Adaptive { .. }) {
+            Some("adaptive nprobes")
+        } else if batch.options.refine_factor.is_some() {
+            Some("refine_factor")
+        } else {
+            None
+        };
+        let heaps = if batch.mode == SearchMode::PerQuery || fallback.is_some() {
+            profile.mode = "per_query".into();
+            if batch.mode != SearchMode::PerQuery {
+                profile.fallback_reason = fallback.map(String::from);
+            }
+            ann::search_per_query(view, batch, &mut profile)?
+        } else {
+            profile.mode = "shared_scan".into();
+            shared_scan::search_shared(view, batch, &mut profile)?
+        };
         let t = Instant::now();
         let out = exact::postfilter_and_page(view.fragments, batch, heaps)?;
         profile.merge_ms += ms_since(t);
         return Ok((out, profile));
     }
     profile.mode = "exact".into();
-    if batch.mode == SearchMode::PerQuery {
-        profile.fallback_reason = Some(format!("column '{}' has no index", batch.column));
+    if matches!(batch.mode, SearchMode::PerQuery | SearchMode::Shared) {
+        profile.fallback_reason = Some(if batch.options.use_index {
+            format!("column '{}' has no index", batch.column)
+        } else {
+            "use_index = false".to_string()
+        });
     } else if batch.mode == SearchMode::Auto
         && !batch.options.use_index
         && !view.segments.is_empty()

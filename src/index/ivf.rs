@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::index::cache::PartitionCache;
 use crate::index::distance::{Metric, PreparedQueries, VectorBlocks};
 use crate::index::kmeans::{self, KMeansParams};
-use crate::index::partition::{encode_partition, read_partition, EncodedRows, Partition};
+use crate::index::partition::{encode_partition, read_partition, EncodedRows, Partition, Payload};
 use crate::index::pq::ProductQuantizer;
 use crate::index::sq::ScalarQuantizer;
 use crate::storage::manifest::write_synced;
@@ -513,7 +513,7 @@ impl LoadedSegment {
     ) -> Result<(Arc<Partition>, Option<u64>)> {
         let entry = &self.directory[p as usize];
         cache.get((self.key.clone(), p), || {
-            let part = read_partition(
+            let mut part = read_partition(
                 &self.path,
                 &self.file,
                 p,
@@ -521,6 +521,17 @@ impl LoadedSegment {
                 entry.len,
                 self.model.sq.as_ref(),
             )?;
+            if let (
+                Payload::Pq {
+                    codes, row_base, ..
+                },
+                Some(pq),
+            ) = (&mut part.payload, &self.model.pq)
+            {
+                let dim = self.model.dim;
+                let c = &self.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
+                *row_base = pq.row_bases(self.meta.metric, c, codes);
+            }
             Ok((part, entry.len))
         })
     }

@@ -39,6 +39,10 @@ pub enum Payload {
         m: usize,
         /// `rows × m` codes.
         codes: Vec<u8>,
+        /// The query-independent part of each row's distance (see
+        /// [`ProductQuantizer::row_bases`](crate::index::pq::ProductQuantizer::row_bases)),
+        /// computed when the partition is loaded.
+        row_base: Vec<f32>,
     },
 }
 
@@ -67,7 +71,9 @@ impl Partition {
         self.row_ids.len() * 8
             + match &self.payload {
                 Payload::Flat(v) | Payload::Sq(v) => v.size_bytes(),
-                Payload::Pq { codes, .. } => codes.len(),
+                Payload::Pq {
+                    codes, row_base, ..
+                } => codes.len() + row_base.len() * 4,
             }
             + 64
     }
@@ -235,6 +241,7 @@ pub fn read_partition(
             Payload::Pq {
                 m: code_len,
                 codes: rest[..rows * code_len].to_vec(),
+                row_base: Vec::new(),
             }
         }
         other => return Err(corrupt(format!("unknown payload kind {other}"))),

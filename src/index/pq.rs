@@ -106,32 +106,105 @@ impl ProductQuantizer {
         }
     }
 
-    /// The ADC lookup table for one query against one partition, `m × 256`.
-    /// For l2 and cosine, `query_residual = q − centroid` and entries are
-    /// squared distances; for dot, `query_residual = q` and entries are
-    /// `−q_s · y`. Same inputs, same bits, in every search path.
-    pub fn lookup_table(&self, metric: Metric, query_residual: &[f32], out: &mut Vec<f32>) {
+    /// The query's table, `m × 256`, computed once per query and segment:
+    /// `−q_s · y` for dot and cosine, `−2 q_s · y` for l2. With
+    /// [`row_bases`](Self::row_bases) and [`query_constant`](Self::query_constant)
+    /// it gives ADC distances without a table per (query, partition) —
+    /// FAISS's "precomputed tables":
+    ///
+    /// * l2: `‖q − c − y‖² = ‖q − c‖² + Σ_s (‖y_s‖² + 2 c_s·y_s) + Σ_s (−2 q_s·y_s)`
+    /// * dot: `−q·(c + y) = −q·c + Σ_s (−q_s·y_s)`
+    /// * cosine: `1 − q̂·(c + y)`, as dot plus one.
+    pub fn query_table(&self, metric: Metric, q: &[f32], out: &mut [f32]) {
         let dsub = self.dsub();
-        out.clear();
-        out.resize(self.m * CODES, 0.0);
         for s in 0..self.m {
-            let x = &query_residual[s * dsub..(s + 1) * dsub];
-            let row: &mut [f32; CODES] = (&mut out[s * CODES..(s + 1) * CODES])
-                .try_into()
-                .expect("CODES entries");
-            match metric {
-                Metric::Dot => {
-                    row.fill(0.0);
-                    for (t, xt) in x.iter().enumerate() {
-                        let cb = &self.codebook[(s * dsub + t) * CODES..(s * dsub + t + 1) * CODES];
-                        for (o, y) in row.iter_mut().zip(cb) {
-                            *o += xt * y;
-                        }
-                    }
-                    row.iter_mut().for_each(|v| *v = -*v);
+            let row = &mut out[s * CODES..(s + 1) * CODES];
+            row.fill(0.0);
+            for t in 0..dsub {
+                let qt = q[s * dsub + t];
+                let cb = &self.codebook[(s * dsub + t) * CODES..(s * dsub + t + 1) * CODES];
+                for (o, y) in row.iter_mut().zip(cb) {
+                    *o += qt * y;
                 }
-                _ => self.sub_distances(s, x, row),
             }
+            let scale = if metric == Metric::L2 { -2.0 } else { -1.0 };
+            row.iter_mut().for_each(|v| *v *= scale);
+        }
+    }
+
+    /// The query-independent part of each row's distance in the partition
+    /// with centroid `c`: `Σ_s (‖y_s‖² + 2 c_s·y_s)` for l2, zero otherwise.
+    pub fn row_bases(&self, metric: Metric, c: &[f32], codes: &[u8]) -> Vec<f32> {
+        let rows = codes.len() / self.m;
+        if metric != Metric::L2 {
+            return vec![0.0; rows];
+        }
+        let dsub = self.dsub();
+        let mut table = vec![0.0f32; self.m * CODES];
+        for s in 0..self.m {
+            let row = &mut table[s * CODES..(s + 1) * CODES];
+            for t in 0..dsub {
+                let ct = c[s * dsub + t];
+                let cb = &self.codebook[(s * dsub + t) * CODES..(s * dsub + t + 1) * CODES];
+                for (o, y) in row.iter_mut().zip(cb) {
+                    *o += y * y + 2.0 * ct * y;
+                }
+            }
+        }
+        codes
+            .chunks_exact(self.m)
+            .map(|code| Self::score(&table, code, 0.0))
+            .collect()
+    }
+
+    /// The (query, partition) constant: `‖q − c‖²` for l2, `−q·c` for dot,
+    /// `1 − q̂·c` for cosine.
+    pub fn query_constant(metric: Metric, q: &[f32], c: &[f32]) -> f32 {
+        match metric {
+            Metric::L2 => {
+                let mut acc = 0.0f32;
+                for (a, b) in q.iter().zip(c) {
+                    let d = a - b;
+                    acc += d * d;
+                }
+                acc
+            }
+            Metric::Dot => -crate::index::distance::fma_dot(q, c),
+            Metric::Cosine => 1.0 - crate::index::distance::fma_dot(q, c),
+        }
+    }
+
+    /// `out[r] = score(table, code_r, constant + row_base[r])` for every row
+    /// of `codes` (`m` bytes each). Eight rows are summed side by side so
+    /// that their independent add chains overlap; each row's own sum runs in
+    /// the same order as [`score`](Self::score), so the bits are the same.
+    pub fn score_rows(
+        table: &[f32],
+        codes: &[u8],
+        m: usize,
+        constant: f32,
+        row_base: &[f32],
+        out: &mut [f32],
+    ) {
+        const LANES: usize = 8;
+        let rows = codes.len() / m;
+        let full = rows / LANES * LANES;
+        for r in (0..full).step_by(LANES) {
+            let mut acc = [0.0f32; LANES];
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = constant + row_base[r + i];
+            }
+            let block = &codes[r * m..(r + LANES) * m];
+            for s in 0..m {
+                let t = &table[s * CODES..(s + 1) * CODES];
+                for (i, a) in acc.iter_mut().enumerate() {
+                    *a += t[block[i * m + s] as usize];
+                }
+            }
+            out[r..r + LANES].copy_from_slice(&acc);
+        }
+        for r in full..rows {
+            out[r] = Self::score(table, &codes[r * m..(r + 1) * m], constant + row_base[r]);
         }
     }
 
@@ -155,33 +228,58 @@ mod tests {
     fn adc_equals_distance_to_the_decoded_vector() {
         let dim = 16;
         let data = clustered_vectors(3000, dim, 10, 5);
+        // Treat the data as residuals to a centroid `c`.
+        let c: Vec<f32> = (0..dim).map(|j| j as f32 * 0.1 - 0.5).collect();
         let pq = ProductQuantizer::train(&data, dim, 4, 8, 1, &mut |_, _| {});
         let q: Vec<f32> = clustered_vectors(1, dim, 10, 6);
-        let mut table = Vec::new();
+        let mut table = vec![0.0; 4 * CODES];
         let mut code = vec![0u8; 4];
-        for metric in [Metric::L2, Metric::Dot] {
-            pq.lookup_table(metric, &q, &mut table);
-            for x in data.chunks(dim).take(200) {
-                pq.encode(x, &mut code);
-                let dec = pq.decode(&code);
-                let adc = ProductQuantizer::score(&table, &code, 0.0) as f64;
-                let direct: f64 = match metric {
-                    Metric::Dot => -q
-                        .iter()
-                        .zip(&dec)
-                        .map(|(a, b)| *a as f64 * *b as f64)
-                        .sum::<f64>(),
-                    _ => q
-                        .iter()
-                        .zip(&dec)
-                        .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
-                        .sum(),
+        for metric in [Metric::L2, Metric::Dot, Metric::Cosine] {
+            pq.query_table(metric, &q, &mut table);
+            let constant = ProductQuantizer::query_constant(metric, &q, &c);
+            for r in data.chunks(dim).take(200) {
+                pq.encode(r, &mut code);
+                let base = pq.row_bases(metric, &c, &code)[0];
+                let adc = ProductQuantizer::score(&table, &code, constant + base) as f64;
+                let x: Vec<f64> = pq
+                    .decode(&code)
+                    .iter()
+                    .zip(&c)
+                    .map(|(y, c)| (*y + *c) as f64)
+                    .collect();
+                let qx: f64 = q.iter().zip(&x).map(|(a, b)| *a as f64 * b).sum();
+                let direct = match metric {
+                    Metric::L2 => q.iter().zip(&x).map(|(a, b)| (*a as f64 - b).powi(2)).sum(),
+                    Metric::Dot => -qx,
+                    Metric::Cosine => 1.0 - qx,
                 };
                 assert!(
                     (adc - direct).abs() <= 1e-4 * (1.0 + direct.abs()),
                     "{metric}: {adc} vs {direct}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn score_rows_matches_score_bit_for_bit() {
+        let pq = ProductQuantizer::train(
+            &clustered_vectors(1000, 8, 5, 1),
+            8,
+            4,
+            4,
+            1,
+            &mut |_, _| {},
+        );
+        let mut table = vec![0.0; 4 * CODES];
+        pq.query_table(Metric::L2, &clustered_vectors(1, 8, 5, 2), &mut table);
+        let codes: Vec<u8> = (0..4 * 21).map(|i| (i * 37 % 256) as u8).collect();
+        let bases: Vec<f32> = (0..21).map(|i| i as f32 * 0.37).collect();
+        let mut out = vec![0.0; 21];
+        ProductQuantizer::score_rows(&table, &codes, 4, 1.5, &bases, &mut out);
+        for r in 0..21 {
+            let one = ProductQuantizer::score(&table, &codes[r * 4..(r + 1) * 4], 1.5 + bases[r]);
+            assert_eq!(out[r].to_bits(), one.to_bits());
         }
     }
 

@@ -26,13 +26,16 @@ pub enum FilterMode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SearchMode {
-    /// The index when the column has one (and `use_index`), else exact.
+    /// The shared scan when the column has an index (and `use_index`),
+    /// falling back as the planner says; exact without an index.
     #[default]
     Auto,
     /// Brute force over every visible row, shared over the batch.
     Exact,
     /// The single-query ANN path, once per query of the batch.
     PerQuery,
+    /// The shared IVF partition scan.
+    Shared,
 }
 
 /// How many IVF partitions a query probes.

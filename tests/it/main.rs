@@ -6,4 +6,5 @@ mod common;
 mod exact;
 mod ingest;
 mod ivf;
+mod shared;
 mod storage;

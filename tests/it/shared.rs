@@ -1,0 +1,267 @@
+//! The shared partition scan: identical to the single-query path, explicit
+//! fallbacks, cache counters.
+
+use crate::common::*;
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use shoal::index::{IndexKind, IndexParams};
+use shoal::query::{Nprobes, PerQuery, SearchMode};
+use shoal::{BatchQuery, Dataset, Metric, Query};
+use std::sync::OnceLock;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    ds: Dataset,
+    rows: Vec<Row>,
+}
+
+const KINDS: [IndexKind; 3] = [
+    IndexKind::IvfFlat,
+    IndexKind::IvfPq { sub_vectors: 4 },
+    IndexKind::IvfSq,
+];
+const METRICS: [Metric; 3] = [Metric::L2, Metric::Cosine, Metric::Dot];
+
+/// Fragments 0–1 in a trained segment, 2 in a delta segment, 3 unindexed;
+/// deletions in several fragments.
+fn fixture(kind: usize, metric: usize) -> &'static Fixture {
+    static CELLS: [[OnceLock<Fixture>; 3]; 3] = [const { [const { OnceLock::new() }; 3] }; 3];
+    CELLS[kind][metric].get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let dim = 16;
+        let (mut ds, mut rows) = build(
+            dir.path(),
+            &[250, 130],
+            dim,
+            METRICS[metric],
+            40 + kind as u64,
+        );
+        ds.create_index(None, IndexParams::new(KINDS[kind], 8), &mut |_, _, _| {})
+            .unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let delta = make_rows(&mut rng, rows.len() as i64, 120, dim);
+        ds.append([Ok(batch_of(&delta, dim))]).unwrap();
+        rows.extend(delta);
+        ds.optimize(&mut |_, _, _| {}).unwrap();
+        let tail = make_rows(&mut rng, rows.len() as i64, 70, dim);
+        ds.append([Ok(batch_of(&tail, dim))]).unwrap();
+        rows.extend(tail);
+        ds.delete("len = 9 OR id IN (3, 260, 400, 530)").unwrap();
+        assert_eq!(ds.index_segments().len(), 2);
+        Fixture {
+            _dir: dir,
+            ds,
+            rows,
+        }
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 36, ..ProptestConfig::default() })]
+
+    #[test]
+    fn shared_scan_results_are_bit_identical_to_the_single_query_path(
+        kind in 0usize..3,
+        metric in 0usize..3,
+        seed in any::<u64>(),
+        size in 1usize..300,
+        nprobes in 1usize..9,
+        filter in 0usize..4,
+    ) {
+        let f = fixture(kind, metric);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut vectors: Vec<Vec<f32>> = Vec::new();
+        for i in 0..size {
+            let v = match rng.random_range(0..3) {
+                0 if i > 0 => vectors[rng.random_range(0..i)].clone(),
+                1 => f.rows[rng.random_range(0..f.rows.len())].vector.clone(),
+                _ => (0..16).map(|_| rng.random_range(-2.0f32..2.0)).collect(),
+            };
+            vectors.push(v);
+        }
+        let ks: Vec<usize> = (0..size).map(|_| rng.random_range(1..30)).collect();
+        let offsets: Vec<usize> = (0..size).map(|_| rng.random_range(0..4)).collect();
+        let filter = [None, Some("len = 3"), Some("len > 1000"), Some("category IN ('noun', 'verb')")][filter];
+        let mut batch = BatchQuery::new(vectors.clone(), 1);
+        batch.k = PerQuery::Each(ks.clone());
+        batch.offset = PerQuery::Each(offsets.clone());
+        batch.filter = filter.map(String::from);
+        batch.mode = SearchMode::Shared;
+        batch.options.nprobes = Nprobes::Fixed(nprobes);
+        let (shared, profile) = f.ds.search_batch_profiled(&batch).unwrap();
+        prop_assert_eq!(&profile.mode, "shared_scan");
+        prop_assert!(profile.distinct_partitions <= profile.pairs_probed);
+        for i in 0..size {
+            let mut q = Query::new(vectors[i].clone(), ks[i]);
+            q.offset = offsets[i];
+            q.filter = filter.map(String::from);
+            q.mode = SearchMode::PerQuery;
+            q.options.nprobes = Nprobes::Fixed(nprobes);
+            let alone = f.ds.search(&q).unwrap();
+            let a: Vec<(u64, u32)> = alone.hits[0].iter().map(|h| (h.row_id, h.distance.to_bits())).collect();
+            let b: Vec<(u64, u32)> = shared.hits[i].iter().map(|h| (h.row_id, h.distance.to_bits())).collect();
+            prop_assert_eq!(a, b, "query {} of {}", i, size);
+        }
+    }
+}
+
+#[test]
+fn fallbacks_take_the_documented_mode_and_still_match_the_single_query_path() {
+    let f = fixture(0, 0);
+    let vectors: Vec<Vec<f32>> = f
+        .rows
+        .iter()
+        .step_by(37)
+        .map(|r| r.vector.clone())
+        .collect();
+    let single = |q: &BatchQuery| -> Vec<Vec<(u64, u32)>> {
+        q.vectors
+            .iter()
+            .map(|v| {
+                let mut one = q.clone();
+                one.vectors = vec![v.clone()];
+                one.mode = SearchMode::PerQuery;
+                f.ds.search_batch(&one).unwrap().hits[0]
+                    .iter()
+                    .map(|h| (h.row_id, h.distance.to_bits()))
+                    .collect()
+            })
+            .collect()
+    };
+    let ids = |r: &shoal::SearchResults| -> Vec<Vec<(u64, u32)>> {
+        r.hits
+            .iter()
+            .map(|h| h.iter().map(|h| (h.row_id, h.distance.to_bits())).collect())
+            .collect()
+    };
+    let base = BatchQuery::new(vectors.clone(), 10);
+    let cases: Vec<(BatchQuery, &str, Option<&str>)> = vec![
+        (base.clone(), "shared_scan", None),
+        (
+            {
+                let mut b = base.clone();
+                b.options.nprobes = Nprobes::Adaptive { min: 1, max: 4 };
+                b
+            },
+            "per_query",
+            Some("adaptive nprobes"),
+        ),
+        (
+            {
+                let mut b = base.clone();
+                b.options.refine_factor = Some(1);
+                b
+            },
+            "per_query",
+            Some("refine_factor"),
+        ),
+        (
+            {
+                let mut b = base.clone();
+                b.options.refine_factor = Some(3);
+                b
+            },
+            "per_query",
+            Some("refine_factor"),
+        ),
+        (
+            {
+                let mut b = base.clone();
+                b.options.use_index = false;
+                b.mode = SearchMode::Shared;
+                b
+            },
+            "exact",
+            Some("use_index = false"),
+        ),
+    ];
+    for (batch, mode, reason) in cases {
+        let (res, profile) = f.ds.search_batch_profiled(&batch).unwrap();
+        assert_eq!(profile.mode, mode, "{batch:?}");
+        assert_eq!(profile.fallback_reason.as_deref(), reason);
+        if mode != "exact" {
+            assert_eq!(ids(&res), single(&batch), "{mode} {reason:?}");
+        }
+    }
+    // No index at all: exact, with the reason when an index mode was asked for.
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, rows) = build(dir.path(), &[90, 40], 8, Metric::L2, 3);
+    let mut b = BatchQuery::new(rows.iter().take(5).map(|r| r.vector.clone()).collect(), 4);
+    b.mode = SearchMode::Shared;
+    let (res, profile) = plain.search_batch_profiled(&b).unwrap();
+    assert_eq!(profile.mode, "exact");
+    assert!(profile
+        .fallback_reason
+        .as_deref()
+        .unwrap_or("")
+        .contains("no index"));
+    b.mode = SearchMode::Exact;
+    assert_eq!(ids(&res), ids(&plain.search_batch(&b).unwrap()));
+}
+
+#[test]
+fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, rows) = build(dir.path(), &[800], 8, Metric::L2, 5);
+    ds.create_index(
+        None,
+        IndexParams::new(IndexKind::IvfFlat, 16),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    // A cold, private cache for this handle.
+    let cold = Dataset::open(dir.path()).unwrap();
+    let vectors: Vec<Vec<f32>> = rows.iter().step_by(10).map(|r| r.vector.clone()).collect();
+    let mut b = BatchQuery::new(vectors.clone(), 5);
+    b.options.nprobes = Nprobes::Fixed(6);
+    let (_, p) = cold.search_batch_profiled(&b).unwrap();
+    assert_eq!(p.mode, "shared_scan");
+    assert_eq!(p.pairs_probed, 6 * vectors.len() as u64);
+    assert!(p.distinct_partitions <= 16 && p.distinct_partitions < p.pairs_probed);
+    assert_eq!(
+        p.cache_hits + p.cache_misses,
+        p.distinct_partitions,
+        "{}",
+        p.render()
+    );
+    assert_eq!(
+        p.cache_misses, p.distinct_partitions,
+        "a cold cache loads each distinct partition once"
+    );
+    assert!(p.bytes_read > 0);
+    let (_, again) = cold.search_batch_profiled(&b).unwrap();
+    assert_eq!(
+        again.cache_misses, 0,
+        "the second batch is served from the cache"
+    );
+    assert_eq!(again.cache_hits, again.distinct_partitions);
+    // The per-query path asks the cache once per (query, partition) pair.
+    b.mode = SearchMode::PerQuery;
+    let (_, pq) = cold.search_batch_profiled(&b).unwrap();
+    assert_eq!(pq.cache_hits + pq.cache_misses, pq.pairs_probed);
+    let counters = cold.partition_cache().counters();
+    assert_eq!(counters.misses, p.cache_misses);
+}
+
+#[test]
+fn concurrent_loads_of_one_partition_load_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, rows) = build(dir.path(), &[600], 8, Metric::L2, 6);
+    ds.create_index(
+        None,
+        IndexParams::new(IndexKind::IvfFlat, 4),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let cold = Dataset::open(dir.path()).unwrap();
+    let mut q = Query::new(rows[0].vector.clone(), 3);
+    q.options.nprobes = Nprobes::Fixed(4);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| cold.search(&q).unwrap());
+        }
+    });
+    let c = cold.partition_cache().counters();
+    assert_eq!(c.misses, 4, "{c:?}");
+    assert_eq!(c.hits + c.misses, 8 * 4);
+}
