@@ -393,11 +393,21 @@ fn a_cache_smaller_than_one_partition_still_answers_correctly() {
     exact.mode = SearchMode::Exact;
     assert_eq!(hits(&tiny, &b), hits(&tiny, &exact));
     let (_, p) = tiny.search_batch_profiled(&b).unwrap();
+    assert_eq!(p.mode, "shared_scan");
+    assert_eq!(
+        p.cache_hits + p.cache_misses,
+        p.distinct_partitions,
+        "{}",
+        p.render()
+    );
+    b.mode = SearchMode::PerQuery;
+    assert_eq!(hits(&tiny, &b), hits(&tiny, &exact));
+    let (_, p) = tiny.search_batch_profiled(&b).unwrap();
     assert_eq!(
         p.cache_hits + p.cache_misses,
         p.pairs_probed,
         "{}",
         p.render()
     );
-    assert!(p.cache_misses > 0);
+    assert!(tiny.partition_cache().counters().misses > 0);
 }
