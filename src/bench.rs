@@ -693,7 +693,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
         queries.len(),
         opts.k,
         opts.nprobes,
-        config.cache.capacity_bytes
+        config.cache.capacity_bytes.bytes()
     );
     println!("\n| mode (ran as) | batch | QPS | batch p50 ms | batch p99 ms | µs/query | recall@{} | pairs/batch | distinct partitions/batch | overlap | misses/batch | scan GFLOP/s | peak RSS MiB |", opts.k);
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");

@@ -29,7 +29,39 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct CacheConfig {
     /// Bytes of decoded partitions kept in memory.
-    pub capacity_bytes: u64,
+    pub capacity_bytes: CacheCapacity,
+}
+
+/// A cache size: bytes, or `"auto"`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum CacheCapacity {
+    /// A fixed number of bytes.
+    Bytes(u64),
+    /// `"auto"`: a quarter of the available memory.
+    Auto(AutoKeyword),
+}
+
+/// The literal `"auto"`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoKeyword {
+    /// `"auto"`.
+    Auto,
+}
+
+impl CacheCapacity {
+    /// The capacity in bytes; `auto` reads available memory with `sysinfo`.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            CacheCapacity::Bytes(b) => *b,
+            CacheCapacity::Auto(_) => {
+                let mut sys = sysinfo::System::new();
+                sys.refresh_memory();
+                (sys.available_memory() / 4).max(64 << 20)
+            }
+        }
+    }
 }
 
 /// Limits on requests; exceeding one is a clear error, never a partial result.
@@ -159,6 +191,14 @@ mod tests {
         let c = Config::from_toml_str("[limits]\nmax_k = 5\n").unwrap();
         assert_eq!(c.limits.max_k, 5);
         assert_eq!(c.limits.max_batch_size, d.limits.max_batch_size);
+    }
+
+    #[test]
+    fn cache_capacity_is_bytes_or_auto() {
+        let c = Config::from_toml_str("[cache]\ncapacity_bytes = 1000\n").unwrap();
+        assert_eq!(c.cache.capacity_bytes.bytes(), 1000);
+        assert!(Config::default().cache.capacity_bytes.bytes() >= 64 << 20);
+        assert!(Config::from_toml_str("[cache]\ncapacity_bytes = 'lots'\n").is_err());
     }
 
     #[test]

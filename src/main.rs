@@ -551,7 +551,7 @@ fn run(cli: Cli) -> Result<()> {
                 };
                 let mut config = config;
                 if let Some(c) = cache_bytes {
-                    config.cache.capacity_bytes = c;
+                    config.cache.capacity_bytes = shoal::config::CacheCapacity::Bytes(c);
                 }
                 let opts = BatchBenchOptions {
                     dataset,

@@ -29,7 +29,7 @@ use std::time::Instant;
 const QUERY_GROUP: usize = 16;
 
 /// (query, row) scores below which a segment is scanned on one thread.
-const MIN_PARALLEL_WORK: usize = 16_384;
+const MIN_PARALLEL_WORK: usize = 4_096;
 
 /// Every query's PQ table for `seg`, built on up to `threads` threads.
 fn parallel_pq_tables(

@@ -47,7 +47,7 @@ impl IndexCache {
     fn new(config: &Config) -> Arc<Self> {
         Arc::new(IndexCache {
             segments: Default::default(),
-            partitions: PartitionCache::new(config.cache.capacity_bytes),
+            partitions: PartitionCache::new(config.cache.capacity_bytes.bytes()),
         })
     }
 }

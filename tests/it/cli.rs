@@ -128,3 +128,124 @@ fn errors_print_one_line_and_exit_non_zero() {
     ]);
     assert!(!out.status.success());
 }
+
+#[test]
+fn index_optimize_and_search_modes_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |p: &str| dir.path().join(p).to_string_lossy().to_string();
+    let all = shoal::demo::clustered_vectors(1200, 16, 10, 4);
+    let rows: Vec<Vec<f32>> = all.chunks(16).map(|c| c.to_vec()).collect();
+    write_fvecs(&dir.path().join("a.fvecs"), &rows[..1000]).unwrap();
+    write_fvecs(&dir.path().join("b.fvecs"), &rows[1000..1190]).unwrap();
+    write_fvecs(&dir.path().join("q.fvecs"), &rows[1190..]).unwrap();
+    let ok = |args: &[&str]| {
+        let out = shoal(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    ok(&["ingest", "--dataset", &d("ds"), "--vectors", &d("a.fvecs")]);
+    let (out, _) = ok(&[
+        "index",
+        "--dataset",
+        &d("ds"),
+        "--type",
+        "ivf-pq",
+        "--partitions",
+        "8",
+        "--sub-vectors",
+        "4",
+    ]);
+    assert!(out.contains("built ivf_pq"), "{out}");
+    ok(&["ingest", "--dataset", &d("ds"), "--vectors", &d("b.fvecs")]);
+    let (out, _) = ok(&["optimize", "--dataset", &d("ds")]);
+    assert!(out.contains("delta segment"), "{out}");
+    let (info, _) = ok(&["info", "--dataset", &d("ds")]);
+    assert!(
+        info.contains("ivf_pq") && info.contains("(delta; model of"),
+        "{info}"
+    );
+    let (_, explain) = ok(&[
+        "search",
+        "--dataset",
+        &d("ds"),
+        "--queries",
+        &d("q.fvecs"),
+        "--k",
+        "5",
+        "--nprobes",
+        "3",
+        "--explain",
+    ]);
+    assert!(explain.contains("mode shared_scan"), "{explain}");
+    let (_, explain) = ok(&[
+        "search",
+        "--dataset",
+        &d("ds"),
+        "--queries",
+        &d("q.fvecs"),
+        "--k",
+        "5",
+        "--refine-factor",
+        "2",
+        "--explain",
+    ]);
+    assert!(explain.contains("fallback: refine_factor"), "{explain}");
+    let (a, _) = ok(&[
+        "search",
+        "--dataset",
+        &d("ds"),
+        "--queries",
+        &d("q.fvecs"),
+        "--k",
+        "5",
+        "--nprobes",
+        "8",
+        "--mode",
+        "shared",
+    ]);
+    let (b, _) = ok(&[
+        "search",
+        "--dataset",
+        &d("ds"),
+        "--queries",
+        &d("q.fvecs"),
+        "--k",
+        "5",
+        "--nprobes",
+        "8",
+        "--mode",
+        "per-query",
+    ]);
+    assert_eq!(a, b, "shared and per-query print the same rows");
+    let (_, _) = ok(&["reindex", "--dataset", &d("ds")]);
+    let out = shoal(&[
+        "search",
+        "--dataset",
+        &d("ds"),
+        "--queries",
+        &d("q.fvecs"),
+        "--nprobes",
+        "0",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nprobes must be at least 1"));
+    let out = shoal(&[
+        "index",
+        "--dataset",
+        &d("ds"),
+        "--type",
+        "ivf-pq",
+        "--sub-vectors",
+        "5",
+        "--partitions",
+        "4",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sub-vectors must divide"));
+}
