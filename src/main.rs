@@ -50,6 +50,7 @@ enum ModeArg {
     /// Brute force, shared over the batch.
     Exact,
     /// The single-query ANN path for each query.
+    #[value(alias = "per_query")]
     PerQuery,
     /// The shared IVF partition scan.
     Shared,
@@ -70,8 +71,11 @@ impl From<ModeArg> for SearchMode {
 #[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, ValueEnum)]
 enum IndexTypeArg {
+    #[value(alias = "ivf_flat")]
     IvfFlat,
+    #[value(alias = "ivf_pq")]
     IvfPq,
+    #[value(alias = "ivf_sq")]
     IvfSq,
 }
 
@@ -238,8 +242,9 @@ enum Command {
     },
     /// Measure kernel and search throughput (synthetic data, or your files).
     Bench {
-        #[arg(long, value_enum, default_value = "exact")]
-        mode: BenchModeArg,
+        /// What to measure; `batch` when --dataset is given, else `exact`.
+        #[arg(long, value_enum)]
+        mode: Option<BenchModeArg>,
         #[arg(long, default_value_t = 100_000)]
         rows: usize,
         #[arg(long, default_value_t = 128)]
@@ -500,7 +505,11 @@ fn run(cli: Cli) -> Result<()> {
             modes,
             cache_bytes,
             passes,
-        } => match mode {
+        } => match mode.unwrap_or(if dataset.is_some() {
+            BenchModeArg::Batch
+        } else {
+            BenchModeArg::Exact
+        }) {
             BenchModeArg::Exact => {
                 let opts = ExactBenchOptions {
                     rows,
