@@ -173,11 +173,20 @@ impl Config {
         if self.search.threads > 0 {
             self.search.threads
         } else {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
+            cores()
         }
     }
+}
+
+/// Cores available to this process, read once (the standard library reads
+/// cgroup files on every call, which costs more than a small search).
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
 }
 
 #[cfg(test)]

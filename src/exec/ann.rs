@@ -12,6 +12,7 @@
 use crate::error::{Error, Result};
 use crate::exec::exact::{self, candidate_mask, RowMask};
 use crate::exec::profile::{ms_since, Profile};
+use crate::exec::workers::run_workers;
 use crate::index::distance::{dot_blocks, fma_dot, Kernel, Metric, PreparedQueries, BLOCK};
 use crate::index::ivf::{coarse_metric, LoadedSegment};
 use crate::index::partition::{Partition, Payload};
@@ -292,25 +293,9 @@ pub fn search_per_query(
         }
         Ok((heaps, local))
     };
-    let parts: Vec<Result<(Vec<TopK>, Profile)>> = if threads == 1 {
-        vec![run(0)]
-    } else {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|part| s.spawn(move || run(part)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Internal("search thread panicked".into())))
-                })
-                .collect()
-        })
-    };
+    let parts = run_workers(threads, run)?;
     let mut heaps = Vec::with_capacity(n);
-    for part in parts {
-        let (h, p) = part?;
+    for (h, p) in parts {
         heaps.extend(h);
         profile.pairs_probed += p.pairs_probed;
         profile.distinct_partitions += p.distinct_partitions;

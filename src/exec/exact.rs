@@ -10,6 +10,7 @@
 //! `(distance, row_id)` is total.
 
 use crate::error::Result;
+use crate::exec::workers::run_workers;
 use crate::index::distance::{dot_blocks, Kernel, BLOCK};
 use crate::query::{Candidate, FilterMode, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
@@ -231,24 +232,9 @@ pub fn scan(
         }
         Ok(heaps)
     };
-    let partials: Vec<Result<Vec<TopK>>> = if threads == 1 {
-        vec![worker()]
-    } else {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads).map(|_| s.spawn(worker)).collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(crate::error::Error::Internal("scan thread panicked".into()))
-                    })
-                })
-                .collect()
-        })
-    };
+    let partials = run_workers(threads, |_| worker())?;
     let mut merged: Option<Vec<TopK>> = None;
     for part in partials {
-        let part = part?;
         merged = Some(match merged {
             None => part,
             Some(mut acc) => {

@@ -7,5 +7,6 @@ pub mod materialise;
 pub mod plan;
 pub mod profile;
 pub mod shared_scan;
+pub mod workers;
 
 pub use profile::Profile;

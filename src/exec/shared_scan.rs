@@ -1,17 +1,24 @@
 //! The shared IVF partition scan: shoal's reason to exist.
 //!
 //! A batch ranks all of its queries against each segment's centroids in
-//! one kernel call, inverts the per-query probe lists into
-//! partition → queries, and then reads each distinct partition once and
-//! scores every query that probes it in one call of the same scoring code the
-//! single-query path uses ([`score_partition`]). Partitions are shared out to
-//! the scan threads through an atomic counter; each thread keeps its own
-//! heaps and scratch, merged at the end, so there is no lock on the hot path.
-//! Unindexed fragments get one exact pass for the whole batch.
+//! one kernel call and inverts the per-query probe lists into
+//! partition → queries; each distinct partition is then read once (through
+//! the partition cache) for every query that probes it:
 //!
-//! Every query sees exactly the candidates, with exactly the distances, it
-//! would see alone, so its top-k is identical (the heap order
-//! `(distance, row_id)` is total).
+//! * IVF_FLAT / IVF_SQ, partition-major: a partition is scored for all of
+//!   its queries in kernel calls of up to 16 queries (the register tiles
+//!   reuse each loaded vector across queries — the compute win).
+//! * IVF_PQ, in blocks of 64 queries: the block's distinct partitions are
+//!   fetched once, then scored query by query, so each query's lookup table
+//!   stays in L1 while its partitions stream past (a table lookup per code
+//!   byte gains nothing from sharing; the load does).
+//!
+//! Work is shared out to the scan threads through an atomic counter; each
+//! thread keeps its own heaps and scratch, merged at the end, so there is no
+//! lock on the hot path. Unindexed fragments get one exact pass for the
+//! whole batch. Every (query, row) distance comes from the same functions as
+//! in the single-query path ([`score_partition`]), so each query's top-k is
+//! identical to what it gets alone.
 
 use crate::error::{Error, Result};
 use crate::exec::ann::{
@@ -19,46 +26,66 @@ use crate::exec::ann::{
 };
 use crate::exec::exact::{self, RowMask};
 use crate::exec::profile::{ms_since, Profile};
+use crate::exec::workers::run_workers;
+use crate::index::ivf::LoadedSegment;
+use crate::index::partition::Partition;
 use crate::index::Kernel;
 use crate::query::{Nprobes, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
-/// Queries of one partition scored per call.
+/// Queries per block of a PQ segment's scan.
+const PQ_QUERY_BLOCK: usize = 64;
+
+/// Queries of one partition scored per kernel call (keeps the score matrix
+/// in cache between the kernel writing it and the heaps reading it).
 const QUERY_GROUP: usize = 16;
 
 /// (query, row) scores below which a segment is scanned on one thread.
 const MIN_PARALLEL_WORK: usize = 4_096;
 
-/// Every query's PQ table for `seg`, built on up to `threads` threads.
-fn parallel_pq_tables(
-    seg: &crate::index::ivf::LoadedSegment,
-    batch: &ValidatedBatch,
-    threads: usize,
-) -> Vec<f32> {
-    let n = batch.len();
-    let threads = threads.clamp(1, n.div_ceil(16));
-    if seg.model.pq.is_none() || threads == 1 {
-        let all: Vec<usize> = (0..n).collect();
-        return pq_tables(seg, batch.metric, &batch.queries, &all);
-    }
-    let per = n.div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                s.spawn(move || {
-                    let ids: Vec<usize> = (t * per..((t + 1) * per).min(n)).collect();
-                    pq_tables(seg, batch.metric, &batch.queries, &ids)
-                })
-            })
-            .collect();
-        let mut out = Vec::new();
-        for h in handles {
-            out.append(&mut h.join().unwrap_or_default());
+/// Partition loads of one scan, counted across threads.
+#[derive(Default)]
+struct Loads {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    bytes: AtomicU64,
+    scored: AtomicU64,
+}
+
+impl Loads {
+    fn fetch(&self, seg: &LoadedSegment, p: u32, view: &IndexView<'_>) -> Result<Arc<Partition>> {
+        let (part, read) = seg.partition(p, view.cache)?;
+        match read {
+            Some(b) => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                self.bytes.fetch_add(b, Ordering::Relaxed);
+            }
+            None => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        out
-    })
+        Ok(part)
+    }
+
+    fn add_to(self, profile: &mut Profile) {
+        profile.cache_hits += self.hits.into_inner();
+        profile.cache_misses += self.misses.into_inner();
+        profile.bytes_read += self.bytes.into_inner();
+        profile.rows_scored += self.scored.into_inner();
+    }
+}
+
+/// Scan threads for `work` (query, row) scores over `units` work items.
+fn threads_for(view: &IndexView<'_>, queries: usize, work: usize, units: usize) -> usize {
+    // One query runs on one thread, as in the per-query path.
+    if queries < 2 || work < MIN_PARALLEL_WORK {
+        1
+    } else {
+        view.threads.clamp(1, units.max(1))
+    }
 }
 
 /// Runs the shared scan; returns one heap of depth k + offset per query.
@@ -78,111 +105,31 @@ pub fn search_shared(
     for seg in &view.segments {
         let t = Instant::now();
         let ranked = rank_partitions(seg, batch.metric, &batch.queries, nprobes);
-        let mut probers: Vec<Vec<usize>> = vec![Vec::new(); seg.partitions()];
-        for (qi, parts) in ranked.iter().enumerate() {
-            for &p in parts {
-                probers[p as usize].push(qi);
-            }
-        }
-        let units: Vec<u32> = (0..seg.partitions() as u32)
-            .filter(|&p| !probers[p as usize].is_empty())
-            .collect();
-        let tables = parallel_pq_tables(seg, batch, view.threads);
         profile.rank_ms += ms_since(t);
         profile.pairs_probed += ranked.iter().map(|r| r.len() as u64).sum::<u64>();
-        profile.distinct_partitions += units.len() as u64;
-
         let t = Instant::now();
-        let next = AtomicUsize::new(0);
-        let (hits, misses, bytes, scored) = (
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-        );
-        let worker = || -> Result<Vec<TopK>> {
-            let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.depth(i))).collect();
-            let (mut qrows, mut qnorms, mut scores) = (Vec::new(), Vec::new(), Vec::new());
-            loop {
-                let u = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&p) = units.get(u) else { break };
-                let (part, read) = seg.partition(p, view.cache)?;
-                match read {
-                    Some(b) => {
-                        misses.fetch_add(1, Ordering::Relaxed);
-                        bytes.fetch_add(b, Ordering::Relaxed);
-                    }
-                    None => {
-                        hits.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                let qs = &probers[p as usize];
-                // Query groups keep the score matrix in cache between the
-                // kernel writing it and the heaps reading it.
-                for group in qs.chunks(QUERY_GROUP) {
-                    qrows.clear();
-                    qnorms.clear();
-                    for &qi in group {
-                        qrows.extend_from_slice(batch.queries.row(qi));
-                        qnorms.push(batch.queries.norms_sq[qi]);
-                    }
-                    let stride = score_partition(
-                        seg,
-                        p,
-                        &part,
-                        batch.metric,
-                        &qrows,
-                        &qnorms,
-                        &tables,
-                        group,
-                        &mut scores,
-                    );
-                    for (j, &qi) in group.iter().enumerate() {
-                        push_scored(
-                            &scores[j * stride..j * stride + part.len()],
-                            &part.row_ids,
-                            &masks,
-                            &mut local[qi],
-                        );
-                    }
-                }
-                scored.fetch_add((qs.len() * part.len()) as u64, Ordering::Relaxed);
+        let loads = Loads::default();
+        if seg.model.pq.is_some() {
+            for lo in (0..n).step_by(PQ_QUERY_BLOCK) {
+                let hi = (lo + PQ_QUERY_BLOCK).min(n);
+                scan_pq_block(
+                    view,
+                    seg,
+                    batch,
+                    &ranked,
+                    lo..hi,
+                    &masks,
+                    &mut heaps,
+                    &loads,
+                    profile,
+                )?;
             }
-            Ok(local)
-        };
-        // Threads pay off only past a few thousand (query, row) scores.
-        let work: usize = units
-            .iter()
-            .map(|&p| seg.partition_rows(p) * probers[p as usize].len())
-            .sum();
-        let threads = if work < MIN_PARALLEL_WORK {
-            1
         } else {
-            view.threads.clamp(1, units.len().max(1))
-        };
-        let parts: Vec<Result<Vec<TopK>>> = if threads == 1 {
-            vec![worker()]
-        } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = (0..threads).map(|_| s.spawn(worker)).collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err(Error::Internal("scan thread panicked".into())))
-                    })
-                    .collect()
-            })
-        };
-        for part in parts {
-            for (h, p) in heaps.iter_mut().zip(part?) {
-                h.merge(p);
-            }
+            scan_partition_major(
+                view, seg, batch, &ranked, &masks, &mut heaps, &loads, profile,
+            )?;
         }
-        profile.cache_hits += hits.into_inner();
-        profile.cache_misses += misses.into_inner();
-        profile.bytes_read += bytes.into_inner();
-        profile.rows_scored += scored.into_inner();
+        loads.add_to(profile);
         profile.scan_ms += ms_since(t);
     }
     let rest = unindexed(view);
@@ -204,4 +151,161 @@ pub fn search_shared(
         profile.scan_ms += ms_since(t);
     }
     Ok(heaps)
+}
+
+/// Flat and SQ segments: each distinct partition once, all its queries.
+#[allow(clippy::too_many_arguments)]
+fn scan_partition_major(
+    view: &IndexView<'_>,
+    seg: &LoadedSegment,
+    batch: &ValidatedBatch,
+    ranked: &[Vec<u32>],
+    masks: &Masks,
+    heaps: &mut [TopK],
+    loads: &Loads,
+    profile: &mut Profile,
+) -> Result<()> {
+    let n = batch.len();
+    let mut probers: Vec<Vec<usize>> = vec![Vec::new(); seg.partitions()];
+    for (qi, parts) in ranked.iter().enumerate() {
+        for &p in parts {
+            probers[p as usize].push(qi);
+        }
+    }
+    let units: Vec<u32> = (0..seg.partitions() as u32)
+        .filter(|&p| !probers[p as usize].is_empty())
+        .collect();
+    profile.distinct_partitions += units.len() as u64;
+    let work: usize = units
+        .iter()
+        .map(|&p| seg.partition_rows(p) * probers[p as usize].len())
+        .sum();
+    let next = AtomicUsize::new(0);
+    let parts = run_workers(threads_for(view, n, work, units.len()), |_| {
+        let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.depth(i))).collect();
+        let (mut qrows, mut qnorms, mut scores) = (Vec::new(), Vec::new(), Vec::new());
+        while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let part = loads.fetch(seg, p, view)?;
+            let qs = &probers[p as usize];
+            for group in qs.chunks(QUERY_GROUP) {
+                qrows.clear();
+                qnorms.clear();
+                for &qi in group {
+                    qrows.extend_from_slice(batch.queries.row(qi));
+                    qnorms.push(batch.queries.norms_sq[qi]);
+                }
+                let stride = score_partition(
+                    seg,
+                    p,
+                    &part,
+                    batch.metric,
+                    &qrows,
+                    &qnorms,
+                    &[],
+                    &[],
+                    &mut scores,
+                );
+                for (j, &qi) in group.iter().enumerate() {
+                    push_scored(
+                        &scores[j * stride..j * stride + part.len()],
+                        &part.row_ids,
+                        masks,
+                        &mut local[qi],
+                    );
+                }
+            }
+            loads
+                .scored
+                .fetch_add((qs.len() * part.len()) as u64, Ordering::Relaxed);
+        }
+        Ok(local)
+    })?;
+    for part in parts {
+        for (h, p) in heaps.iter_mut().zip(part) {
+            h.merge(p);
+        }
+    }
+    Ok(())
+}
+
+/// PQ segments, queries `block`: fetch the block's distinct partitions once,
+/// then score query by query.
+#[allow(clippy::too_many_arguments)]
+fn scan_pq_block(
+    view: &IndexView<'_>,
+    seg: &LoadedSegment,
+    batch: &ValidatedBatch,
+    ranked: &[Vec<u32>],
+    block: std::ops::Range<usize>,
+    masks: &Masks,
+    heaps: &mut [TopK],
+    loads: &Loads,
+    profile: &mut Profile,
+) -> Result<()> {
+    let mut slot = vec![usize::MAX; seg.partitions()];
+    let mut units: Vec<u32> = Vec::new();
+    for parts in &ranked[block.clone()] {
+        for &p in parts {
+            if slot[p as usize] == usize::MAX {
+                slot[p as usize] = units.len();
+                units.push(p);
+            }
+        }
+    }
+    profile.distinct_partitions += units.len() as u64;
+    let work: usize = ranked[block.clone()]
+        .iter()
+        .flat_map(|parts| parts.iter().map(|&p| seg.partition_rows(p)))
+        .sum();
+    let threads = threads_for(view, block.len(), work, block.len());
+    // Fetch: each distinct partition once, shared out to the threads.
+    let next = AtomicUsize::new(0);
+    let fetched = run_workers(threads, |_| {
+        let mut got = Vec::new();
+        while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+            got.push((slot[p as usize], loads.fetch(seg, p, view)?));
+        }
+        Ok(got)
+    })?;
+    let mut partitions: Vec<Option<Arc<Partition>>> = vec![None; units.len()];
+    for (i, part) in fetched.into_iter().flatten() {
+        partitions[i] = Some(part);
+    }
+    // Score: queries shared out to the threads, each with its table hot.
+    let next = AtomicUsize::new(block.start);
+    let scored = run_workers(threads, |_| {
+        let mut out = Vec::new();
+        let mut scores = Vec::new();
+        while let Some(qi) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|qi| *qi < block.end)
+        {
+            let table = pq_tables(seg, batch.metric, &batch.queries, &[qi]);
+            let q = batch.queries.row(qi);
+            let qn = [batch.queries.norms_sq[qi]];
+            let mut heap = TopK::new(batch.depth(qi));
+            for &p in &ranked[qi] {
+                let part = partitions[slot[p as usize]]
+                    .as_ref()
+                    .ok_or_else(|| Error::Internal(format!("partition {p} was not fetched")))?;
+                score_partition(
+                    seg,
+                    p,
+                    part,
+                    batch.metric,
+                    q,
+                    &qn,
+                    &table,
+                    &[0],
+                    &mut scores,
+                );
+                push_scored(&scores[..part.len()], &part.row_ids, masks, &mut heap);
+                loads.scored.fetch_add(part.len() as u64, Ordering::Relaxed);
+            }
+            out.push((qi, heap));
+        }
+        Ok(out)
+    })?;
+    for (qi, heap) in scored.into_iter().flatten() {
+        heaps[qi].merge(heap);
+    }
+    Ok(())
 }

@@ -483,17 +483,24 @@ mod x86 {
         const QT: usize = 8;
         let nblocks = x.len() / dim;
         let (qp, xp, op) = (q.as_ptr(), x.as_ptr(), out.as_mut_ptr());
+        // Few queries: wider tiles (up to 4 blocks) so that enough
+        // independent FMA chains are in flight to hide the FMA latency.
+        let wide = nq <= 2;
         let mut b = 0;
         while b < nblocks {
-            let pair = nblocks - b >= 2;
+            let span = (nblocks - b).min(if wide { 4 } else { 2 });
             let mut i = 0;
             while i < nq {
                 let rows = (nq - i).min(QT);
-                let f = if pair {
-                    tile_rows!(tile512, rows, 2)
-                } else {
-                    tile_rows!(tile512, rows, 1)
-                };
+                let f: unsafe fn(*const f32, usize, *const Lanes, *mut f32, usize) =
+                    match (wide, rows, span) {
+                        (true, 1, 4) => tile512::<1, 4>,
+                        (true, 1, 3) => tile512::<1, 3>,
+                        (true, 2, 4) => tile512::<2, 4>,
+                        (true, 2, 3) => tile512::<2, 3>,
+                        (_, _, 1) => tile_rows!(tile512, rows, 1),
+                        _ => tile_rows!(tile512, rows, 2),
+                    };
                 unsafe {
                     f(
                         qp.add(i * dim),
@@ -505,7 +512,7 @@ mod x86 {
                 };
                 i += rows;
             }
-            b += if pair { 2 } else { 1 };
+            b += span;
         }
     }
 
@@ -637,6 +644,9 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         for &(nq, n, dim) in &[
             (1, 1, 1),
+            (1, 100, 7),
+            (2, 90, 9),
+            (2, 50, 3),
             (3, 17, 5),
             (8, 32, 16),
             (13, 70, 33),

@@ -37,9 +37,7 @@ pub fn assign(
 ) -> Vec<(u32, f32)> {
     const CHUNK: usize = 256;
     let n = rows.len() / dim;
-    let threads = std::thread::available_parallelism()
-        .map(|t| t.get())
-        .unwrap_or(1);
+    let threads = crate::config::cores();
     let threads = threads.min(n.div_ceil(CHUNK)).max(1);
     if threads == 1 {
         return assign_range(rows, dim, centroids, metric);
