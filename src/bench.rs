@@ -565,13 +565,13 @@ pub struct BatchRow {
     pub batch: usize,
     /// Query vectors answered.
     pub queries: usize,
-    /// Query vectors per second.
+    /// Query vectors per second (median pass).
     pub qps: f64,
     /// Batch latency, median, ms.
     pub batch_p50_ms: f64,
     /// Batch latency, 99th percentile, ms.
     pub batch_p99_ms: f64,
-    /// Wall time per query vector, µs (not request latency).
+    /// Wall time per query vector at the median QPS, µs (not request latency).
     pub amortised_us: f64,
     /// recall@k, when ground truth was given.
     pub recall: Option<f64>,
@@ -613,79 +613,101 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
         None => None,
     };
     let (_, dim, _) = ds.schema().vector_column(None)?;
+    let flat_scoring = ds
+        .index_segments()
+        .iter()
+        .all(|s| !matches!(s.params.kind, crate::index::IndexKind::IvfPq { .. }));
     let mut rows = Vec::new();
-    for &mode in &opts.modes {
-        for &b in &opts.batch_sizes {
-            let batches: Vec<BatchQuery> = queries
-                .chunks(b)
-                .map(|c| {
-                    let mut q = BatchQuery::new(c.to_vec(), opts.k);
-                    q.mode = mode;
-                    q.options.nprobes = Nprobes::Fixed(opts.nprobes);
-                    q
-                })
-                .collect();
-            for q in &batches {
-                ds.search_batch(q)?; // warm-up pass: cache filled
+    for &b in &opts.batch_sizes {
+        let per_mode: Vec<Vec<BatchQuery>> = opts
+            .modes
+            .iter()
+            .map(|&mode| {
+                queries
+                    .chunks(b)
+                    .map(|c| {
+                        let mut q = BatchQuery::new(c.to_vec(), opts.k);
+                        q.mode = mode;
+                        q.options.nprobes = Nprobes::Fixed(opts.nprobes);
+                        q
+                    })
+                    .collect()
+            })
+            .collect();
+        // Warm-up pass per mode (fills the cache), recording the answers.
+        let mut found: Vec<Vec<Vec<i64>>> = Vec::new();
+        for batches in &per_mode {
+            let mut ids = Vec::with_capacity(queries.len());
+            for q in batches {
+                ids.extend(
+                    ds.search_batch(q)?
+                        .hits
+                        .into_iter()
+                        .map(|h| h.into_iter().map(|h| h.id).collect()),
+                );
             }
-            let mut laps = Vec::new();
-            let mut found = Vec::with_capacity(queries.len());
-            let mut totals = crate::exec::Profile::default();
-            let start = Instant::now();
-            for pass in 0..opts.passes.max(1) {
-                for q in &batches {
+            found.push(ids);
+        }
+        // Timed passes, modes interleaved so that drift on a shared host
+        // hits them alike; QPS is the median pass.
+        let mut laps: Vec<Vec<Duration>> = vec![Vec::new(); per_mode.len()];
+        let mut pass_qps: Vec<Vec<f64>> = vec![Vec::new(); per_mode.len()];
+        let mut totals: Vec<crate::exec::Profile> = vec![Default::default(); per_mode.len()];
+        for _ in 0..opts.passes.max(1) {
+            for (mi, batches) in per_mode.iter().enumerate() {
+                let start = Instant::now();
+                for q in batches {
                     let t = Instant::now();
-                    let (res, p) = ds.search_batch_profiled(q)?;
-                    laps.push(t.elapsed());
-                    totals.mode = p.mode.clone();
-                    totals.pairs_probed += p.pairs_probed;
-                    totals.distinct_partitions += p.distinct_partitions;
-                    totals.cache_misses += p.cache_misses;
-                    totals.rows_scored += p.rows_scored;
-                    totals.scan_ms += p.scan_ms;
-                    if pass == 0 {
-                        found.extend(
-                            res.hits
-                                .into_iter()
-                                .map(|h| h.into_iter().map(|h| h.id).collect::<Vec<i64>>()),
-                        );
-                    }
+                    let (_, p) = ds.search_batch_profiled(q)?;
+                    laps[mi].push(t.elapsed());
+                    let tot = &mut totals[mi];
+                    tot.mode = p.mode.clone();
+                    tot.pairs_probed += p.pairs_probed;
+                    tot.distinct_partitions += p.distinct_partitions;
+                    tot.cache_misses += p.cache_misses;
+                    tot.rows_scored += p.rows_scored;
+                    tot.scan_ms += p.scan_ms;
                 }
+                pass_qps[mi].push(queries.len() as f64 / start.elapsed().as_secs_f64());
             }
-            let elapsed = start.elapsed().as_secs_f64();
-            let answered = queries.len() * opts.passes.max(1);
+        }
+        for (mi, &mode) in opts.modes.iter().enumerate() {
+            let laps = &mut laps[mi];
             laps.sort();
             let pct =
                 |p: f64| laps[((laps.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e3;
             let nb = laps.len() as f64;
-            let flat_scoring = ds
-                .index_segments()
-                .iter()
-                .all(|s| !matches!(s.params.kind, crate::index::IndexKind::IvfPq { .. }));
+            let qps_runs = &mut pass_qps[mi];
+            qps_runs.sort_by(|a, b| a.total_cmp(b));
+            let qps = qps_runs[qps_runs.len() / 2];
+            let tot = &totals[mi];
             rows.push(BatchRow {
                 mode: format!("{mode:?}"),
-                ran_as: totals.mode.clone(),
+                ran_as: tot.mode.clone(),
                 batch: b,
-                queries: answered,
-                qps: answered as f64 / elapsed,
+                queries: queries.len() * opts.passes.max(1),
+                qps,
                 batch_p50_ms: pct(0.5),
                 batch_p99_ms: pct(0.99),
-                amortised_us: elapsed * 1e6 / answered as f64,
-                recall: truth.as_ref().map(|t| recall_at_k(&found, t, opts.k)),
-                pairs_per_batch: totals.pairs_probed as f64 / nb,
-                distinct_per_batch: totals.distinct_partitions as f64 / nb,
-                misses_per_batch: totals.cache_misses as f64 / nb,
-                scan_gflops: if flat_scoring && totals.scan_ms > 0.0 {
-                    totals.rows_scored as f64 * dim as f64 * 2.0 / (totals.scan_ms * 1e6)
+                amortised_us: 1e6 / qps,
+                recall: truth.as_ref().map(|t| recall_at_k(&found[mi], t, opts.k)),
+                pairs_per_batch: tot.pairs_probed as f64 / nb,
+                distinct_per_batch: tot.distinct_partitions as f64 / nb,
+                misses_per_batch: tot.cache_misses as f64 / nb,
+                scan_gflops: if flat_scoring && tot.scan_ms > 0.0 {
+                    tot.rows_scored as f64 * dim as f64 * 2.0 / (tot.scan_ms * 1e6)
                 } else {
                     0.0
                 },
                 peak_rss_mib: peak_rss_mib(),
             });
-            let r = rows.last().map(|r| r.qps).unwrap_or(0.0);
-            eprintln!("  {mode:?} batch {b}: {r:.0} QPS");
+            eprintln!(
+                "  {mode:?} batch {b}: {qps:.0} QPS (median of {} passes)",
+                qps_runs.len()
+            );
         }
     }
+    rows.sort_by(|a, b| a.mode.cmp(&b.mode).then(a.batch.cmp(&b.batch)));
     println!(
         "batch benchmark: {} ({} rows), {} queries, k = {}, nprobes = {}, cache {} bytes",
         opts.dataset.display(),
