@@ -140,15 +140,7 @@ pub fn run_demo(dir: &Path, config: &Config) -> Result<()> {
     );
     for (qi, hits) in results.hits.iter().enumerate().take(3) {
         println!("query {qi}:");
-        for h in hits {
-            println!(
-                "  id {:>6}  distance {:>9.4}  category {:<6} len {}",
-                h.id,
-                h.distance,
-                fmt_value(&h.values[0]),
-                fmt_value(&h.values[1])
-            );
-        }
+        print_hits(hits);
     }
     println!("  ... ({} more queries)", queries.len() - 3);
     let mut filtered = Query::new(queries[0].clone(), 5);
@@ -156,15 +148,7 @@ pub fn run_demo(dir: &Path, config: &Config) -> Result<()> {
     filtered.projection = vec!["category".into(), "len".into()];
     let r = ds.search(&filtered)?;
     println!("\nquery 0 with filter \"category = 'verb' AND len < 12\":");
-    for h in &r.hits[0] {
-        println!(
-            "  id {:>6}  distance {:>9.4}  category {:<6} len {}",
-            h.id,
-            h.distance,
-            fmt_value(&h.values[0]),
-            fmt_value(&h.values[1])
-        );
-    }
+    print_hits(&r.hits[0]);
     let alone = ds.search(&Query::new(queries[1].clone(), 5))?;
     let same = alone.hits[0]
         .iter()
@@ -175,6 +159,19 @@ pub fn run_demo(dir: &Path, config: &Config) -> Result<()> {
         if same { "the same" } else { "DIFFERENT" }
     );
     Ok(())
+}
+
+/// Prints rows projected as (category, len).
+fn print_hits(hits: &[crate::query::Hit]) {
+    for h in hits {
+        println!(
+            "  id {:>6}  distance {:>9.4}  category {:<6} len {}",
+            h.id,
+            h.distance,
+            fmt_value(&h.values[0]),
+            fmt_value(&h.values[1])
+        );
+    }
 }
 
 fn fmt_value(v: &crate::query::ScalarValue) -> String {

@@ -205,22 +205,26 @@ pub fn score_partition(
 }
 
 /// Pushes one query's scored rows into its heap, skipping rows the masks
-/// forbid. Returns how many rows passed the masks.
+/// forbid. Most rows lose to the heap's current worst, so that cheap test
+/// comes first and the mask is looked up only for rows that could enter.
 #[inline]
-pub fn push_scored(dists: &[f32], row_ids: &[u64], masks: &Masks, heap: &mut TopK) -> usize {
-    let mut passed = 0;
+pub fn push_scored(dists: &[f32], row_ids: &[u64], masks: &Masks, heap: &mut TopK) {
+    let mut bound = heap.threshold();
     for (d, &row_id) in dists.iter().zip(row_ids) {
-        if masks.allows(row_id) {
-            passed += 1;
-            if heap.may_accept(*d) {
-                heap.push(Candidate {
-                    distance: *d,
-                    row_id,
-                });
-            }
+        if bound.is_some_and(|b| d.total_cmp(&b).is_gt()) || !masks.allows(row_id) {
+            continue;
         }
+        heap.push(Candidate {
+            distance: *d,
+            row_id,
+        });
+        bound = heap.threshold();
     }
-    passed
+}
+
+/// How many of `row_ids` the masks allow (adaptive probing counts them).
+pub fn count_allowed(row_ids: &[u64], masks: &Masks) -> usize {
+    row_ids.iter().filter(|&&r| masks.allows(r)).count()
 }
 
 /// Reranks candidates with exact float32 distances from the fragments
@@ -327,9 +331,9 @@ fn search_one(
     let mut scores = Vec::new();
     for seg in &view.segments {
         let tables = pq_tables(seg, batch.metric, &one.queries, &[0]);
-        let (min, limit) = match batch.options.nprobes {
-            Nprobes::Fixed(n) => (n, n),
-            Nprobes::Adaptive { min, max } => (min, max),
+        let (min, limit, adaptive) = match batch.options.nprobes {
+            Nprobes::Fixed(n) => (n, n, false),
+            Nprobes::Adaptive { min, max } => (min, max, true),
         };
         let t = Instant::now();
         let ranked = rank_partitions(seg, batch.metric, &one.queries, limit);
@@ -361,7 +365,10 @@ fn search_one(
                 &[0],
                 &mut scores,
             );
-            passed += push_scored(&scores[..part.len()], &part.row_ids, masks, &mut heap);
+            push_scored(&scores[..part.len()], &part.row_ids, masks, &mut heap);
+            if adaptive {
+                passed += count_allowed(&part.row_ids, masks);
+            }
         }
     }
     let mut found = heap.into_sorted_vec();

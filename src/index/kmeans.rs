@@ -49,9 +49,10 @@ pub fn assign(
             .chunks(per * dim)
             .map(|part| s.spawn(move || assign_range(part, dim, centroids, metric)))
             .collect();
+        // A panicking worker is a bug: re-raise it rather than lose rows.
         handles
             .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     })
 }

@@ -50,26 +50,15 @@ pub fn conform_batch(
             (ColumnType::Vector { dim, .. }, Some(a)) => vectors(&col.name, *dim, a, first_row)?,
             (ty, Some(a)) => {
                 let target = ty.arrow_type();
-                let cast_ok = matches!(
-                    (a.data_type(), ty),
-                    (
-                        DataType::Int8
-                            | DataType::Int16
-                            | DataType::Int32
-                            | DataType::Int64
-                            | DataType::UInt8
-                            | DataType::UInt16
-                            | DataType::UInt32
-                            | DataType::Null,
-                        ColumnType::Int64 | ColumnType::Float64
-                    ) | (
-                        DataType::Float16 | DataType::Float32 | DataType::Float64,
-                        ColumnType::Float64
-                    ) | (
-                        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null,
-                        ColumnType::Utf8
-                    ) | (DataType::Boolean | DataType::Null, ColumnType::Bool)
-                );
+                // Null columns fit anything; int64 widens to float64.
+                let cast_ok = *a.data_type() == DataType::Null
+                    || match ColumnType::from_arrow_scalar(a.data_type()) {
+                        Some(ColumnType::Int64) => {
+                            matches!(ty, ColumnType::Int64 | ColumnType::Float64)
+                        }
+                        Some(src) => src == *ty,
+                        None => false,
+                    };
                 if !cast_ok {
                     return Err(Error::SchemaMismatch(format!(
                         "column '{}' is {} in the dataset but {} in the input",

@@ -143,13 +143,17 @@ impl Dataset {
             indices: Vec::new(),
         };
         commit_manifest(&root, &manifest)?;
-        Ok(Dataset {
+        Ok(Dataset::from_manifest(root, manifest, config))
+    }
+
+    fn from_manifest(root: PathBuf, manifest: Manifest, config: Config) -> Dataset {
+        Dataset {
             root,
             manifest: Arc::new(manifest),
             indices: IndexCache::new(&config),
             config: Arc::new(config),
             cache: Arc::default(),
-        })
+        }
     }
 
     /// Opens the latest version with the default configuration.
@@ -164,13 +168,7 @@ impl Dataset {
             .last()
             .ok_or_else(|| Error::NotADataset(root.clone()))?;
         let manifest = read_manifest(&root, latest)?;
-        Ok(Dataset {
-            root,
-            manifest: Arc::new(manifest),
-            indices: IndexCache::new(&config),
-            config: Arc::new(config),
-            cache: Arc::default(),
-        })
+        Ok(Dataset::from_manifest(root, manifest, config))
     }
 
     /// A handle on `version` of the same dataset (sharing loaded fragments).

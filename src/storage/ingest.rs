@@ -250,24 +250,16 @@ fn infer_schema(chunk: &Chunk, metric: Metric) -> Result<Schema> {
         Chunk::Json { rows, .. } => cols.extend(infer_json(rows, metric)?),
         Chunk::Arrow(batch) => {
             for field in batch.schema().fields() {
-                let ty = match field.data_type() {
-                    DataType::Int8
-                    | DataType::Int16
-                    | DataType::Int32
-                    | DataType::Int64
-                    | DataType::UInt8
-                    | DataType::UInt16
-                    | DataType::UInt32 => ColumnType::Int64,
-                    DataType::Float16 | DataType::Float32 | DataType::Float64 => {
-                        ColumnType::Float64
-                    }
-                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ColumnType::Utf8,
-                    DataType::Boolean => ColumnType::Bool,
-                    DataType::FixedSizeList(_, n) => ColumnType::Vector {
+                let ty = match (
+                    ColumnType::from_arrow_scalar(field.data_type()),
+                    field.data_type(),
+                ) {
+                    (Some(scalar), _) => scalar,
+                    (None, DataType::FixedSizeList(_, n)) => ColumnType::Vector {
                         dim: *n as usize,
                         metric,
                     },
-                    DataType::List(_) | DataType::LargeList(_) => {
+                    (None, DataType::List(_) | DataType::LargeList(_)) => {
                         let col = batch
                             .column_by_name(field.name())
                             .ok_or_else(|| Error::Internal("column".into()))?;
@@ -279,7 +271,7 @@ fn infer_schema(chunk: &Chunk, metric: Metric) -> Result<Schema> {
                         })?;
                         ColumnType::Vector { dim, metric }
                     }
-                    other => {
+                    (None, other) => {
                         return Err(Error::SchemaMismatch(format!(
                             "column '{}' has unsupported type {other}",
                             field.name()

@@ -37,6 +37,25 @@ impl ColumnType {
         }
     }
 
+    /// The scalar column type an Arrow type is read as (integers → int64,
+    /// floats → float64, any string → utf8, boolean → bool); `None` for
+    /// everything else, including lists.
+    pub fn from_arrow_scalar(dt: &DataType) -> Option<ColumnType> {
+        match dt {
+            DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32 => Some(ColumnType::Int64),
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => Some(ColumnType::Float64),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some(ColumnType::Utf8),
+            DataType::Boolean => Some(ColumnType::Bool),
+            _ => None,
+        }
+    }
+
     /// The Arrow type this column is stored as.
     pub fn arrow_type(&self) -> DataType {
         match self {
