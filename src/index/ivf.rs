@@ -239,9 +239,9 @@ fn train_model(
 
 /// PQ inputs: each row's residual to its partition centroid. (For dot, the
 /// search adds the `−q·c` term of the centroid separately.)
-fn residuals_of(input: &[f32], dim: usize, assigned: &[(u32, f32)], centroids: &[f32]) -> Vec<f32> {
+fn residuals_of(input: &[f32], dim: usize, assigned: &[u32], centroids: &[f32]) -> Vec<f32> {
     let mut out = input.to_vec();
-    for (row, (c, _)) in out.chunks_exact_mut(dim).zip(assigned) {
+    for (row, c) in out.chunks_exact_mut(dim).zip(assigned) {
         let c = &centroids[*c as usize * dim..(*c as usize + 1) * dim];
         for (x, y) in row.iter_mut().zip(c) {
             *x -= y;
@@ -321,7 +321,7 @@ pub fn build_segment(
     // Assign every row.
     let assigned = kmeans::assign(&rows, dim, &model.centroids, coarse_metric(metric));
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); nlist];
-    for (i, (c, _)) in assigned.iter().enumerate() {
+    for (i, c) in assigned.iter().enumerate() {
         members[*c as usize].push(i);
     }
     let dir = root.join(INDICES_DIR).join(&id);

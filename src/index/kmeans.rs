@@ -27,14 +27,9 @@ pub struct KMeansParams {
     pub metric: Metric,
 }
 
-/// Nearest centroid of every row (row-major `rows`), with its distance.
-/// Ties go to the lower centroid index.
-pub fn assign(
-    rows: &[f32],
-    dim: usize,
-    centroids: &VectorBlocks,
-    metric: Metric,
-) -> Vec<(u32, f32)> {
+/// Nearest centroid of every row (row-major `rows`). Ties go to the lower
+/// centroid index.
+pub fn assign(rows: &[f32], dim: usize, centroids: &VectorBlocks, metric: Metric) -> Vec<u32> {
     const CHUNK: usize = 256;
     let n = rows.len() / dim;
     let threads = crate::config::cores();
@@ -57,12 +52,7 @@ pub fn assign(
     })
 }
 
-fn assign_range(
-    rows: &[f32],
-    dim: usize,
-    centroids: &VectorBlocks,
-    metric: Metric,
-) -> Vec<(u32, f32)> {
+fn assign_range(rows: &[f32], dim: usize, centroids: &VectorBlocks, metric: Metric) -> Vec<u32> {
     const CHUNK: usize = 256;
     let kernel = Kernel::detect();
     let nb = centroids.block_count();
@@ -70,31 +60,36 @@ fn assign_range(
     let mut out = Vec::with_capacity(rows.len() / dim);
     let mut scratch = vec![0.0f32; CHUNK * nb * BLOCK];
     for chunk in rows.chunks(CHUNK * dim) {
-        let q = PreparedQueries::new(metric, dim, chunk);
-        dot_blocks(kernel, &q.data, centroids, 0..nb, &mut scratch);
         let stride = nb * BLOCK;
         let cn = centroids.norms_sq();
-        for i in 0..q.len() {
-            let dots = &mut scratch[i * stride..i * stride + k];
-            let best = if metric == Metric::L2 {
-                // argmin of ‖c‖² − 2 q·c (‖q‖² is the same for every c):
-                // two vectorisable passes, the first minimum wins ties.
+        if metric == Metric::L2 {
+            // argmin of ‖c‖² − 2 q·c (‖q‖² is the same for every c), found
+            // with a vectorised argmin.
+            dot_blocks(kernel, chunk, centroids, 0..nb, &mut scratch);
+            for i in 0..chunk.len() / dim {
+                let dots = &mut scratch[i * stride..i * stride + k];
                 for (d, n) in dots.iter_mut().zip(cn) {
                     *d = n - 2.0 * *d;
                 }
-                let (c, min) = argmin(dots);
-                (c as u32, (q.norms_sq[i] + min).max(0.0))
-            } else {
+                out.push(argmin(dots).0 as u32);
+            }
+        } else {
+            let q = PreparedQueries::new(metric, dim, chunk);
+            dot_blocks(kernel, &q.data, centroids, 0..nb, &mut scratch);
+            for i in 0..q.len() {
                 let mut best = (0u32, f32::INFINITY);
-                for (c, (dot, n)) in dots.iter().zip(cn).enumerate() {
+                for (c, (dot, n)) in scratch[i * stride..i * stride + k]
+                    .iter()
+                    .zip(cn)
+                    .enumerate()
+                {
                     let d = metric.finish(*dot, q.norms_sq[i], *n);
                     if d < best.1 {
                         best = (c as u32, d);
                     }
                 }
-                best
-            };
-            out.push(best);
+                out.push(best.0);
+            }
         }
     }
     out
@@ -177,7 +172,7 @@ pub fn train(
         let assignment = assign(&data, dim, &blocks, Metric::L2);
         let mut sums = vec![0.0f64; k * dim];
         let mut counts = vec![0usize; k];
-        for (row, (c, _)) in data.chunks_exact(dim).zip(&assignment) {
+        for (row, c) in data.chunks_exact(dim).zip(&assignment) {
             let c = *c as usize;
             counts[c] += 1;
             for (s, x) in sums[c * dim..(c + 1) * dim].iter_mut().zip(row) {
@@ -253,7 +248,12 @@ mod tests {
         assert_eq!(a, b, "same seed, same centroids");
         // Every point is close to its centroid (noise is at most ±0.45 per coordinate).
         let blocks = VectorBlocks::from_rows(dim, &a);
-        for (_, d) in assign(&data, dim, &blocks, Metric::L2) {
+        for (row, c) in data
+            .chunks(dim)
+            .zip(assign(&data, dim, &blocks, Metric::L2))
+        {
+            let cent = &a[c as usize * dim..(c as usize + 1) * dim];
+            let d: f32 = row.iter().zip(cent).map(|(x, y)| (x - y) * (x - y)).sum();
             assert!(d < 0.45 * 0.45 * dim as f32, "distance {d}");
         }
     }
@@ -293,7 +293,7 @@ mod tests {
         );
         let blocks = VectorBlocks::from_rows(dim, &c);
         let mut used = [0; 3];
-        for (a, _) in assign(&data, dim, &blocks, Metric::L2) {
+        for a in assign(&data, dim, &blocks, Metric::L2) {
             used[a as usize] += 1;
         }
         assert!(used.iter().all(|&u| u == 100), "{used:?}");
