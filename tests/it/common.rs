@@ -212,3 +212,24 @@ pub fn assert_matches_reference(
         assert!(ordered, "{context}: rows out of (distance, row_id) order");
     }
 }
+
+/// `size` query vectors of `dim` floats for batch tests: a third repeat an
+/// earlier query of the batch, a third copy a data row (exact ties), the
+/// rest are random.
+pub fn random_queries(
+    rng: &mut rand::rngs::StdRng,
+    rows: &[Row],
+    size: usize,
+    dim: usize,
+) -> Vec<Vec<f32>> {
+    let mut vectors: Vec<Vec<f32>> = Vec::new();
+    for i in 0..size {
+        let v = match rng.random_range(0..3) {
+            0 if i > 0 => vectors[rng.random_range(0..i)].clone(),
+            1 => rows[rng.random_range(0..rows.len())].vector.clone(),
+            _ => (0..dim).map(|_| rng.random_range(-2.0f32..2.0)).collect(),
+        };
+        vectors.push(v);
+    }
+    vectors
+}

@@ -169,15 +169,7 @@ proptest! {
         let metric = [Metric::L2, Metric::Cosine, Metric::Dot][metric_i];
         let f = fixture(metric);
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let mut vectors: Vec<Vec<f32>> = Vec::new();
-        for i in 0..size {
-            let v = match rng.random_range(0..3) {
-                0 if i > 0 => vectors[rng.random_range(0..i)].clone(),
-                1 => f.rows[rng.random_range(0..f.rows.len())].vector.clone(),
-                _ => (0..24).map(|_| rng.random_range(-2.0f32..2.0)).collect(),
-            };
-            vectors.push(v);
-        }
+        let vectors = random_queries(&mut rng, &f.rows, size, 24);
         let ks: Vec<usize> = (0..size).map(|_| rng.random_range(1..40)).collect();
         let offsets: Vec<usize> = (0..size).map(|_| rng.random_range(0..5)).collect();
         let filter = use_filter.then(|| "category IN ('noun', 'adj') AND len >= 2".to_string());

@@ -70,15 +70,7 @@ proptest! {
     ) {
         let f = fixture(kind, metric);
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let mut vectors: Vec<Vec<f32>> = Vec::new();
-        for i in 0..size {
-            let v = match rng.random_range(0..3) {
-                0 if i > 0 => vectors[rng.random_range(0..i)].clone(),
-                1 => f.rows[rng.random_range(0..f.rows.len())].vector.clone(),
-                _ => (0..16).map(|_| rng.random_range(-2.0f32..2.0)).collect(),
-            };
-            vectors.push(v);
-        }
+        let vectors = random_queries(&mut rng, &f.rows, size, 16);
         let ks: Vec<usize> = (0..size).map(|_| rng.random_range(1..30)).collect();
         let offsets: Vec<usize> = (0..size).map(|_| rng.random_range(0..4)).collect();
         let filter = [None, Some("len = 3"), Some("len > 1000"), Some("category IN ('noun', 'verb')")][filter];
