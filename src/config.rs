@@ -30,6 +30,8 @@ pub struct Config {
 pub struct CacheConfig {
     /// Bytes of decoded partitions kept in memory.
     pub capacity_bytes: CacheCapacity,
+    /// Partition loads in flight at once.
+    pub max_concurrent_loads: usize,
 }
 
 /// A cache size: bytes, or `"auto"`.
@@ -152,6 +154,10 @@ impl Config {
             ("limits.max_dim", self.limits.max_dim),
             ("ingest.rows_per_fragment", self.ingest.rows_per_fragment),
             ("ingest.chunk_rows", self.ingest.chunk_rows),
+            (
+                "cache.max_concurrent_loads",
+                self.cache.max_concurrent_loads,
+            ),
         ];
         for (name, v) in positive {
             if v == 0 {

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::index::partition::Partition;
 use moka::policy::EvictionPolicy;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Key: (index segment id, partition number).
 pub type PartitionKey = (Arc<str>, u32);
@@ -28,9 +28,43 @@ pub struct CacheCounters {
 /// A byte-bounded LRU cache of partitions.
 pub struct PartitionCache {
     cache: moka::sync::Cache<PartitionKey, Arc<Partition>>,
+    loads: LoadPermits,
     hits: AtomicU64,
     misses: AtomicU64,
     bytes_loaded: AtomicU64,
+}
+
+/// Bounds partition loads in flight (reads + decodes), so that many
+/// concurrent batches missing the cache at once do not hold unbounded
+/// read buffers. A counting semaphore: a mutex-guarded count and a condvar.
+struct LoadPermits {
+    max: usize,
+    in_flight: Mutex<usize>,
+    freed: Condvar,
+    peak: AtomicU64,
+}
+
+/// One load in flight; released on drop (also on error or panic).
+struct LoadPermit<'a>(&'a LoadPermits);
+
+impl LoadPermits {
+    fn acquire(&self) -> LoadPermit<'_> {
+        let mut n = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        while *n >= self.max {
+            n = self.freed.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+        *n += 1;
+        self.peak.fetch_max(*n as u64, Ordering::Relaxed);
+        LoadPermit(self)
+    }
+}
+
+impl Drop for LoadPermit<'_> {
+    fn drop(&mut self) {
+        let mut n = self.0.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        *n -= 1;
+        self.0.freed.notify_one();
+    }
 }
 
 impl std::fmt::Debug for PartitionCache {
@@ -42,8 +76,9 @@ impl std::fmt::Debug for PartitionCache {
 }
 
 impl PartitionCache {
-    /// A cache holding at most `capacity_bytes` of decoded partitions.
-    pub fn new(capacity_bytes: u64) -> Self {
+    /// A cache holding at most `capacity_bytes` of decoded partitions, with
+    /// at most `max_loads` partition loads in flight.
+    pub fn new(capacity_bytes: u64, max_loads: usize) -> Self {
         let cache = moka::sync::Cache::builder()
             .max_capacity(capacity_bytes)
             .weigher(|_k: &PartitionKey, v: &Arc<Partition>| {
@@ -53,6 +88,12 @@ impl PartitionCache {
             .build();
         PartitionCache {
             cache,
+            loads: LoadPermits {
+                max: max_loads.max(1),
+                in_flight: Mutex::new(0),
+                freed: Condvar::new(),
+                peak: AtomicU64::new(0),
+            },
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             bytes_loaded: AtomicU64::new(0),
@@ -71,6 +112,7 @@ impl PartitionCache {
         let value = self
             .cache
             .try_get_with(key, || {
+                let _permit = self.loads.acquire();
                 let (p, bytes) = load()?;
                 loaded = Some(bytes);
                 self.bytes_loaded.fetch_add(bytes, Ordering::Relaxed);
@@ -94,9 +136,78 @@ impl PartitionCache {
         }
     }
 
+    /// The most partition loads that were ever in flight at once.
+    pub fn peak_loads_in_flight(&self) -> u64 {
+        self.loads.peak.load(Ordering::Relaxed)
+    }
+
     /// Bytes currently held (after pending evictions run).
     pub fn weighted_size(&self) -> u64 {
         self.cache.run_pending_tasks();
         self.cache.weighted_size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::partition::Payload;
+
+    fn empty() -> Partition {
+        Partition {
+            row_ids: Vec::new(),
+            payload: Payload::Pq {
+                m: 1,
+                codes: Vec::new(),
+                row_base: Vec::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn loads_in_flight_never_exceed_the_bound_and_each_key_loads_once() {
+        let cache = PartitionCache::new(1 << 20, 2);
+        let key_of = |i: u32| -> PartitionKey { (Arc::from("seg"), i) };
+        let loads = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..8u32 {
+                let (cache, loads) = (&cache, &loads);
+                s.spawn(move || {
+                    for i in 0..6u32 {
+                        cache
+                            .get(key_of((i + t) % 6), || {
+                                loads.fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(std::time::Duration::from_millis(2));
+                                Ok((empty(), 10))
+                            })
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        assert!(
+            cache.peak_loads_in_flight() <= 2,
+            "{}",
+            cache.peak_loads_in_flight()
+        );
+        assert_eq!(
+            loads.load(Ordering::Relaxed),
+            6,
+            "single-flight: one load per key"
+        );
+        let c = cache.counters();
+        assert_eq!((c.hits + c.misses, c.misses, c.bytes_loaded), (48, 6, 60));
+    }
+
+    #[test]
+    fn a_failed_load_releases_its_permit_and_reports_the_error() {
+        let cache = PartitionCache::new(1 << 20, 1);
+        let key: PartitionKey = (Arc::from("seg"), 0);
+        let err = cache
+            .get(key.clone(), || Err(Error::Internal("boom".into())))
+            .unwrap_err();
+        assert!(err.to_string().contains("boom"));
+        // The only permit is free again: the next load goes through.
+        assert!(cache.get(key, || Ok((empty(), 1))).is_ok());
     }
 }

@@ -47,7 +47,10 @@ impl IndexCache {
     fn new(config: &Config) -> Arc<Self> {
         Arc::new(IndexCache {
             segments: Default::default(),
-            partitions: PartitionCache::new(config.cache.capacity_bytes.bytes()),
+            partitions: PartitionCache::new(
+                config.cache.capacity_bytes.bytes(),
+                config.cache.max_concurrent_loads,
+            ),
         })
     }
 }
