@@ -525,22 +525,30 @@ mod x86 {
         const QT: usize = 8;
         let nblocks = x.len() / dim;
         let (qp, xp, op) = (q.as_ptr(), x.as_ptr(), out.as_mut_ptr());
-        // Few queries: wider tiles (up to 4 blocks) so that enough
-        // independent FMA chains are in flight to hide the FMA latency.
-        let wide = nq <= 2;
+        // Few queries: wider tiles (up to 8 blocks for one query, 4 for
+        // two) so that enough independent FMA chains are in flight to hide
+        // the FMA latency.
+        let widest = match nq {
+            1 => 8,
+            2 => 4,
+            _ => 2,
+        };
         let mut b = 0;
         while b < nblocks {
-            let span = (nblocks - b).min(if wide { 4 } else { 2 });
+            let left = nblocks - b;
+            let span = [8, 4, 2, 1]
+                .into_iter()
+                .find(|&s| s <= widest && s <= left)
+                .unwrap_or(1);
             let mut i = 0;
             while i < nq {
                 let rows = (nq - i).min(QT);
                 let f: unsafe fn(*const f32, usize, *const Lanes, *mut f32, usize) =
-                    match (wide, rows, span) {
-                        (true, 1, 4) => tile512::<1, 4>,
-                        (true, 1, 3) => tile512::<1, 3>,
-                        (true, 2, 4) => tile512::<2, 4>,
-                        (true, 2, 3) => tile512::<2, 3>,
-                        (_, _, 1) => tile_rows!(tile512, rows, 1),
+                    match (rows, span) {
+                        (1, 8) => tile512::<1, 8>,
+                        (1, 4) => tile512::<1, 4>,
+                        (2, 4) => tile512::<2, 4>,
+                        (_, 1) => tile_rows!(tile512, rows, 1),
                         _ => tile_rows!(tile512, rows, 2),
                     };
                 unsafe {
@@ -687,6 +695,7 @@ mod tests {
         for &(nq, n, dim) in &[
             (1, 1, 1),
             (1, 100, 7),
+            (1, 300, 5),
             (2, 90, 9),
             (2, 50, 3),
             (3, 17, 5),
