@@ -203,23 +203,7 @@ pub fn run_exact(opts: &ExactBenchOptions, config: &Config) -> Result<ExactBench
     }
 
     // Search: a real dataset on disk, loaded once.
-    let dir = std::env::temp_dir().join(format!(
-        "shoal-bench-{}-{:x}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let cleanup = TempDir(dir.clone());
-    let mut ds = Dataset::create(
-        &dir,
-        demo_schema("vector", opts.dim, Metric::L2)?,
-        config.clone(),
-    )?;
-    let chunk = 65536 * opts.dim;
-    ds.append(
-        data.chunks(chunk)
-            .enumerate()
-            .map(|(i, c)| demo_batch("vector", opts.dim, c, i * 65536)),
-    )?;
+    let (ds, cleanup) = temp_dataset("shoal-bench", opts.dim, Metric::L2, &data, config)?;
     let qvecs: Vec<Vec<f32>> = queries.chunks(opts.dim).map(|c| c.to_vec()).collect();
     let mut search_rows = Vec::new();
     for &b in &opts.batch_sizes {
@@ -258,6 +242,31 @@ pub fn run_exact(opts: &ExactBenchOptions, config: &Config) -> Result<ExactBench
     };
     print_report(&report);
     Ok(report)
+}
+
+/// A throwaway dataset of `rows` (row-major, `dim` wide) in the temp
+/// directory, removed when the returned guard drops.
+fn temp_dataset(
+    prefix: &str,
+    dim: usize,
+    metric: Metric,
+    rows: &[f32],
+    config: &Config,
+) -> Result<(Dataset, TempDir)> {
+    const CHUNK: usize = 65536;
+    let dir = std::env::temp_dir().join(format!(
+        "{prefix}-{}-{:x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let guard = TempDir(dir.clone());
+    let mut ds = Dataset::create(&dir, demo_schema("vector", dim, metric)?, config.clone())?;
+    ds.append(
+        rows.chunks(CHUNK * dim)
+            .enumerate()
+            .map(|(i, c)| demo_batch("vector", dim, c, i * CHUNK)),
+    )?;
+    Ok((ds, guard))
 }
 
 struct TempDir(std::path::PathBuf);
@@ -417,23 +426,8 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
             .map(|c| c.to_vec())
             .collect(),
     };
-    let dir = std::env::temp_dir().join(format!(
-        "shoal-ivf-bench-{}-{:x}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let _cleanup = TempDir(dir.clone());
-    let mut ds = Dataset::create(
-        &dir,
-        demo_schema("vector", dim, opts.metric)?,
-        config.clone(),
-    )?;
     let flat: Vec<f32> = base.iter().flatten().copied().collect();
-    ds.append(
-        flat.chunks(65536 * dim)
-            .enumerate()
-            .map(|(i, c)| demo_batch("vector", dim, c, i * 65536)),
-    )?;
+    let (mut ds, _cleanup) = temp_dataset("shoal-ivf-bench", dim, opts.metric, &flat, config)?;
     let truth: Vec<Vec<i32>> = match &opts.groundtruth {
         Some(p) => read_ivecs(p)?,
         None => {

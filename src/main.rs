@@ -79,6 +79,17 @@ enum IndexTypeArg {
     IvfSq,
 }
 
+impl IndexTypeArg {
+    /// The index kind, with `sub_vectors` for PQ.
+    fn kind(self, sub_vectors: usize) -> IndexKind {
+        match self {
+            IndexTypeArg::IvfFlat => IndexKind::IvfFlat,
+            IndexTypeArg::IvfPq => IndexKind::IvfPq { sub_vectors },
+            IndexTypeArg::IvfSq => IndexKind::IvfSq,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum BenchModeArg {
     /// Kernel and exact batch search against a per-query loop.
@@ -412,12 +423,7 @@ fn run(cli: Cli) -> Result<()> {
             sample,
             seed,
         } => {
-            let kind = match index_type {
-                IndexTypeArg::IvfFlat => IndexKind::IvfFlat,
-                IndexTypeArg::IvfPq => IndexKind::IvfPq { sub_vectors },
-                IndexTypeArg::IvfSq => IndexKind::IvfSq,
-            };
-            let mut params = IndexParams::new(kind, partitions);
+            let mut params = IndexParams::new(index_type.kind(sub_vectors), partitions);
             params.sample_per_partition = sample;
             params.seed = seed;
             let mut ds = Dataset::open_with_config(&dataset, config)?;
@@ -533,14 +539,7 @@ fn run(cli: Cli) -> Result<()> {
                     dim,
                     num_queries,
                     metric: metric.into(),
-                    kinds: types
-                        .iter()
-                        .map(|t| match t {
-                            IndexTypeArg::IvfFlat => IndexKind::IvfFlat,
-                            IndexTypeArg::IvfPq => IndexKind::IvfPq { sub_vectors },
-                            IndexTypeArg::IvfSq => IndexKind::IvfSq,
-                        })
-                        .collect(),
+                    kinds: types.iter().map(|t| t.kind(sub_vectors)).collect(),
                     partitions,
                     nprobes,
                     k,

@@ -140,12 +140,6 @@ impl PartitionCache {
     pub fn peak_loads_in_flight(&self) -> u64 {
         self.loads.peak.load(Ordering::Relaxed)
     }
-
-    /// Bytes currently held (after pending evictions run).
-    pub fn weighted_size(&self) -> u64 {
-        self.cache.run_pending_tasks();
-        self.cache.weighted_size()
-    }
 }
 
 #[cfg(test)]
