@@ -1,16 +1,39 @@
 //! The one error type of shoal.
 //!
-//! Variants fall into two families: user errors (bad input, limits, conflicts,
-//! missing things the user named) that map to HTTP 4xx, and internal errors
-//! (I/O, corruption, bugs) that map to 5xx. [`Error::is_user_error`] tells
-//! which. Errors are `Clone` so that one batch-wide failure can be fanned out
-//! to every caller of the batch.
+//! Every variant belongs to exactly one [`ErrorKind`] (bad input, not
+//! found, conflict, overloaded, cancelled, deadline, internal), given by the
+//! exhaustive match in [`Error::kind`]: a new variant does not compile until
+//! it is classified, so it cannot fall into the wrong HTTP status silently.
+//! The enum is `#[non_exhaustive]` so variants can be added without breaking
+//! users who match on it. Errors are `Clone` so that one batch-wide failure
+//! can be fanned out to every caller of the batch.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The class of an [`Error`]: what the caller can do about it (and the
+/// HTTP status family it maps to).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The request or input is wrong; retrying it unchanged fails again (400).
+    InvalidInput,
+    /// A dataset, version or column the caller named does not exist (404).
+    NotFound,
+    /// Another writer won, or the target already exists (409).
+    Conflict,
+    /// The service is too busy to take the request now; retry later (503).
+    Overloaded,
+    /// The caller (or shutdown) cancelled the request.
+    Cancelled,
+    /// The request's deadline passed before it could run (504).
+    DeadlineExceeded,
+    /// shoal or its storage failed: I/O, corruption, a bug (500).
+    Internal,
+}
+
 /// Everything that can go wrong in shoal.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A query or input vector has the wrong number of dimensions.
     #[error("vector has dimension {got}, but column '{column}' has dimension {expected}")]
@@ -82,6 +105,10 @@ pub enum Error {
     /// An error from the Arrow or Parquet libraries.
     #[error("arrow/parquet error: {0}")]
     Arrow(String),
+    /// The search was cancelled (its caller went away, or it was asked to
+    /// stop); nothing of it is kept.
+    #[error("search cancelled")]
+    Cancelled,
     /// A bug: an invariant of shoal itself did not hold.
     #[error("internal error: {0}")]
     Internal(String),
@@ -96,12 +123,35 @@ fn available_hint(available: &[String]) -> String {
 }
 
 impl Error {
+    /// The class of this error. Exhaustive on purpose: every new variant
+    /// must be placed here.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::DimensionMismatch { .. }
+            | Error::NonFinite { .. }
+            | Error::InvalidArgument(_)
+            | Error::LimitExceeded { .. }
+            | Error::UnknownColumn { .. }
+            | Error::WrongColumnType { .. }
+            | Error::Filter { .. }
+            | Error::NotADataset(_)
+            | Error::SchemaMismatch(_)
+            | Error::MalformedInput { .. } => ErrorKind::InvalidInput,
+            Error::DatasetNotFound(_) | Error::VersionNotFound { .. } => ErrorKind::NotFound,
+            Error::DatasetExists(_) | Error::CommitConflict { .. } => ErrorKind::Conflict,
+            Error::Cancelled => ErrorKind::Cancelled,
+            Error::Io { .. } | Error::Corrupt { .. } | Error::Arrow(_) | Error::Internal(_) => {
+                ErrorKind::Internal
+            }
+        }
+    }
+
     /// True when the caller caused the error (4xx), false for server-side
-    /// failures (5xx).
+    /// failures (5xx) and for cancellation.
     pub fn is_user_error(&self) -> bool {
-        !matches!(
-            self,
-            Error::Io { .. } | Error::Corrupt { .. } | Error::Arrow(_) | Error::Internal(_)
+        matches!(
+            self.kind(),
+            ErrorKind::InvalidInput | ErrorKind::NotFound | ErrorKind::Conflict
         )
     }
 

@@ -23,7 +23,7 @@ pub mod query;
 pub mod storage;
 
 pub use config::Config;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use index::Metric;
 pub use query::{
     BatchQuery, FilterMode, Hit, PerQuery, Query, ScalarValue, SearchMode, SearchResults,

@@ -431,6 +431,10 @@ mod x86 {
         out: *mut f32,
         stride: usize,
     ) {
+        // SAFETY: the caller (`dots_avx512`) passes pointers to `Q` query
+        // rows of `dim` floats, `B` whole 64-byte-aligned blocks of `dim`
+        // lanes, and an output with room for `Q` rows of `stride` floats,
+        // `B * 16` of them from `out`; AVX-512F is enabled on this function.
         unsafe {
             let mut acc = [[_mm512_setzero_ps(); B]; Q];
             for j in 0..dim {
@@ -462,6 +466,10 @@ mod x86 {
         out: *mut f32,
         stride: usize,
     ) {
+        // SAFETY: the caller (`dots_avx2`) passes pointers to `Q` query rows
+        // of `dim` floats, one whole 64-byte-aligned block of `dim` lanes and
+        // an output with room for `Q` rows of `stride` floats, 16 of them
+        // from `out`; AVX2 and FMA are enabled on this function.
         unsafe {
             let mut acc = [[_mm256_setzero_ps(); 2]; Q];
             for j in 0..dim {
@@ -551,6 +559,10 @@ mod x86 {
                         (_, 1) => tile_rows!(tile512, rows, 1),
                         _ => tile_rows!(tile512, rows, 2),
                     };
+                // SAFETY: rows `i..i + rows` < nq, blocks `b..b + span` <=
+                // nblocks, and `out` holds nq × stride floats (this
+                // function's contract), so every pointer the tile touches is
+                // in bounds; AVX-512F is enabled here.
                 unsafe {
                     f(
                         qp.add(i * dim),
@@ -590,6 +602,9 @@ mod x86 {
                     3 => tile256::<3>,
                     _ => tile256::<4>,
                 };
+                // SAFETY: rows `i..i + rows` < nq, block `b` < nblocks, and
+                // `out` holds nq × stride floats (this function's contract);
+                // AVX2 and FMA are enabled here.
                 unsafe {
                     f(
                         qp.add(i * dim),
@@ -675,6 +690,7 @@ mod peak {
         for v in acc {
             s = _mm256_add_ps(s, v);
         }
+        // SAFETY: `buf` holds 8 floats, the width of one store.
         unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), s) };
         (iters * 12 * 8 * 2, buf.iter().sum())
     }

@@ -499,6 +499,8 @@ impl Dataset {
             .iter()
             .map(|m| m.column.clone())
             .collect();
+        // Segments of one column need not be adjacent in the manifest.
+        columns.sort();
         columns.dedup();
         let fragments = self.fragments()?;
         let mut built = Vec::new();

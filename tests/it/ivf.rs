@@ -411,3 +411,109 @@ fn a_cache_smaller_than_one_partition_still_answers_correctly() {
     );
     assert!(tiny.partition_cache().counters().misses > 0);
 }
+
+/// Two vector columns, each with its own index: `optimize` adds exactly one
+/// delta segment per column per run, and no row is ever returned twice.
+#[test]
+fn optimize_with_two_indexed_columns_builds_one_delta_per_column() {
+    use arrow_array::{ArrayRef, FixedSizeListArray, Float32Array, Int64Array, RecordBatch};
+    use arrow_schema::{DataType, Field};
+    use shoal::{ColumnType, Schema};
+    let dim = 8;
+    let schema = Schema::new(vec![
+        (
+            "a".into(),
+            ColumnType::Vector {
+                dim,
+                metric: Metric::L2,
+            },
+        ),
+        (
+            "b".into(),
+            ColumnType::Vector {
+                dim,
+                metric: Metric::L2,
+            },
+        ),
+    ])
+    .unwrap();
+    let list = |rows: &[Vec<f32>]| -> ArrayRef {
+        Arc::new(
+            FixedSizeListArray::try_new(
+                Arc::new(Field::new("item", DataType::Float32, false)),
+                dim as i32,
+                Arc::new(Float32Array::from(rows.concat())),
+                None,
+            )
+            .unwrap(),
+        )
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut batch = |first: i64, n: usize| {
+        let a: Vec<Vec<f32>> = make_rows(&mut rng, first, n, dim)
+            .into_iter()
+            .map(|r| r.vector)
+            .collect();
+        let b: Vec<Vec<f32>> = a.iter().map(|v| v.iter().map(|x| -x).collect()).collect();
+        RecordBatch::try_from_iter(vec![
+            (
+                "id",
+                Arc::new(Int64Array::from_iter_values(first..first + n as i64)) as ArrayRef,
+            ),
+            ("a", list(&a)),
+            ("b", list(&b)),
+        ])
+        .unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut ds = Dataset::create(dir.path(), schema, Config::default()).unwrap();
+    ds.append([Ok(batch(0, 300))]).unwrap();
+    for column in ["a", "b"] {
+        ds.create_index(
+            Some(column),
+            IndexParams::new(IndexKind::IvfFlat, 4),
+            &mut quiet(),
+        )
+        .unwrap();
+    }
+    let mut next = 300;
+    for round in 1..=2 {
+        ds.append([Ok(batch(next, 100))]).unwrap();
+        next += 100;
+        let built = ds.optimize(&mut quiet()).unwrap();
+        let mut columns: Vec<&str> = built.iter().map(|m| m.column.as_str()).collect();
+        columns.sort();
+        assert_eq!(columns, ["a", "b"], "round {round}: one delta per column");
+        assert!(ds.optimize(&mut quiet()).unwrap().is_empty());
+    }
+    for column in ["a", "b"] {
+        let segments: Vec<_> = ds
+            .index_segments()
+            .iter()
+            .filter(|m| m.column == column)
+            .collect();
+        assert_eq!(segments.len(), 3, "base + two deltas on '{column}'");
+        let mut covered: Vec<u32> = segments.iter().flat_map(|m| m.fragments.clone()).collect();
+        covered.sort();
+        assert_eq!(
+            covered,
+            vec![0, 1, 2],
+            "each fragment indexed once on '{column}'"
+        );
+        let q = vec![vec![0.5f32; dim]; 3];
+        let mut indexed = BatchQuery::new(q.clone(), 500);
+        indexed.column = Some(column.into());
+        indexed.options.nprobes = Nprobes::Fixed(4);
+        let res = ds.search_batch(&indexed).unwrap();
+        for hits in &res.hits {
+            let mut ids: Vec<u64> = hits.iter().map(|h| h.row_id).collect();
+            assert_eq!(ids.len(), 500, "every row once");
+            ids.sort();
+            ids.dedup();
+            assert_eq!(ids.len(), 500, "no row twice on '{column}'");
+        }
+        let mut exact = indexed.clone();
+        exact.mode = SearchMode::Exact;
+        assert_eq!(hits(&ds, &indexed), hits(&ds, &exact), "full probe = exact");
+    }
+}
