@@ -5,12 +5,12 @@
 //! rates and ratios; nothing here is asserted on.
 
 use crate::config::Config;
+use crate::db::Dataset;
 use crate::demo::{clustered_vectors, demo_batch, demo_schema};
 use crate::error::{Error, Result};
 use crate::index::distance::{dot_blocks, measure_fma_peak_gflops, Kernel, VectorBlocks, BLOCK};
 use crate::index::Metric;
 use crate::query::{BatchQuery, Query};
-use crate::storage::Dataset;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 

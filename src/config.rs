@@ -30,6 +30,9 @@ pub struct Config {
 pub struct CacheConfig {
     /// Bytes of decoded partitions kept in memory.
     pub capacity_bytes: CacheCapacity,
+    /// Bytes of fragment columns (vectors for exact scans, ids and
+    /// projected or filtered scalars) kept in memory.
+    pub column_bytes: CacheCapacity,
     /// Partition loads in flight at once.
     pub max_concurrent_loads: usize,
 }

@@ -2,10 +2,11 @@
 //! demo, benchmarks and tests, and the `shoal demo` walk-through.
 
 use crate::config::Config;
+use crate::db::Dataset;
 use crate::error::Result;
 use crate::index::Metric;
 use crate::query::{BatchQuery, Query};
-use crate::storage::{ColumnType, Dataset, Schema};
+use crate::storage::{ColumnType, Schema};
 use arrow_array::{
     ArrayRef, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray,
 };

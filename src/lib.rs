@@ -15,6 +15,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod db;
 pub mod demo;
 pub mod error;
 pub mod exec;
@@ -23,9 +24,11 @@ pub mod query;
 pub mod storage;
 
 pub use config::Config;
+pub use db::{Dataset, Session};
 pub use error::{Error, ErrorKind, Result};
+pub use exec::CancelToken;
 pub use index::Metric;
 pub use query::{
     BatchQuery, FilterMode, Hit, PerQuery, Query, ScalarValue, SearchMode, SearchResults,
 };
-pub use storage::{ColumnType, Dataset, Schema};
+pub use storage::{ColumnType, Schema};

@@ -5,9 +5,10 @@ use shoal::bench::{
     run_batch, run_exact, run_ivf, write_json, BatchBenchOptions, ExactBenchOptions,
     IvfBenchOptions,
 };
+use shoal::db::ingest::ingest;
 use shoal::index::{IndexKind, IndexParams};
 use shoal::query::{FilterMode, Nprobes, PerQuery, SearchMode, SearchOptions};
-use shoal::storage::ingest::{ingest, read_vectors, write_ivecs, IngestOptions};
+use shoal::storage::ingest::{read_vectors, write_ivecs, IngestOptions};
 use shoal::{BatchQuery, Config, Dataset, Error, Metric, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};

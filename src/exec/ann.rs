@@ -10,9 +10,10 @@
 //! the exact scan of unindexed fragments, on its own.
 
 use crate::error::{Error, Result};
+use crate::exec::cancel::CancelToken;
 use crate::exec::exact::{self, candidate_mask, RowMask};
+use crate::exec::pool::ScanPool;
 use crate::exec::profile::{ms_since, Profile};
-use crate::exec::workers::run_workers;
 use crate::index::distance::{dot_blocks, fma_dot, Kernel, Metric, PreparedQueries, BLOCK};
 use crate::index::ivf::{coarse_metric, LoadedSegment};
 use crate::index::partition::{Partition, Payload};
@@ -31,8 +32,12 @@ pub struct IndexView<'a> {
     pub segments: Vec<Arc<LoadedSegment>>,
     /// The partition cache.
     pub cache: &'a PartitionCache,
-    /// Scan threads.
+    /// Most shares of work one search runs at once.
     pub threads: usize,
+    /// The threads scans run on.
+    pub pool: &'a ScanPool,
+    /// Checked at every partition and every exact-scan chunk.
+    pub cancel: &'a CancelToken,
 }
 
 /// Candidate masks of a batch, one per fragment, found by fragment id.
@@ -243,11 +248,9 @@ pub fn refine(
             .iter()
             .find(|f| f.meta.id as u64 == c.row_id >> 32)
             .ok_or_else(|| Error::Internal(format!("row {} has no fragment", c.row_id)))?;
-        let v = frag
-            .data
-            .vectors
-            .get(column)
-            .ok_or_else(|| Error::Internal(format!("fragment lacks column {column}")))?;
+        // Refine needs the exact vectors: the one indexed search that reads
+        // the vector column (through the column cache).
+        let v = frag.vectors(column)?;
         let i = (c.row_id & 0xffff_ffff) as usize;
         let x = v.vector(i);
         out.push(Candidate {
@@ -297,7 +300,7 @@ pub fn search_per_query(
         }
         Ok((heaps, local))
     };
-    let parts = run_workers(threads, run)?;
+    let parts = view.pool.run(threads, run)?;
     let mut heaps = Vec::with_capacity(n);
     for (h, p) in parts {
         heaps.extend(h);
@@ -343,6 +346,7 @@ fn search_one(
             if i >= min && passed >= depth {
                 break;
             }
+            view.cancel.check()?;
             let (part, read) = seg.partition(p, view.cache)?;
             match read {
                 Some(bytes) => {
@@ -384,10 +388,10 @@ fn search_one(
             .iter()
             .map(|&i| (&view.fragments[i], masks.of(i)))
             .collect();
-        for h in exact::scan(&items, &one, 1, Kernel::detect())? {
+        for h in exact::scan(&items, &one, view, 1, Kernel::detect())? {
             out.merge(h);
         }
-        profile.rows_scored += items.iter().map(|(f, _)| f.data.rows as u64).sum::<u64>();
+        profile.rows_scored += items.iter().map(|(f, _)| f.rows() as u64).sum::<u64>();
     }
     Ok(out)
 }

@@ -10,7 +10,7 @@
 //! `(distance, row_id)` is total.
 
 use crate::error::Result;
-use crate::exec::workers::run_workers;
+use crate::exec::ann::IndexView;
 use crate::index::distance::{dot_blocks, Kernel, BLOCK};
 use crate::query::{Candidate, FilterMode, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
@@ -92,12 +92,12 @@ impl RowMask {
 /// The rows of `fragment` that are candidates for `batch`: not deleted and,
 /// for a prefilter, matching the filter.
 pub fn candidate_mask(fragment: &FragmentView, batch: &ValidatedBatch) -> Result<RowMask> {
-    let mut mask = RowMask::all(fragment.data.rows);
+    let mut mask = RowMask::all(fragment.rows());
     if let Some(deleted) = &fragment.deleted {
         mask.remove(deleted.iter());
     }
     if let (Some(filter), FilterMode::Prefilter) = (&batch.filter, batch.filter_mode) {
-        mask.intersect(&filter.evaluate(&fragment.data.scalars)?);
+        mask.intersect(&filter.evaluate(&fragment.scalars(&filter.columns())?)?);
     }
     Ok(mask)
 }
@@ -115,20 +115,17 @@ pub fn finish_query(
     found.into_iter().skip(offset).take(k).collect()
 }
 
-/// Exact top-k for every query of `batch` over `fragments`, using up to
-/// `threads` scan threads. Returns each query's rows, nearest first, with
-/// offset and k applied.
-pub fn search(
-    fragments: &[FragmentView],
-    batch: &ValidatedBatch,
-    threads: usize,
-) -> Result<Vec<Vec<Candidate>>> {
+/// Exact top-k for every query of `batch` over the view's fragments, using
+/// up to `view.threads` shares of the scan pool. Returns each query's rows,
+/// nearest first, with offset and k applied.
+pub fn search(view: &IndexView<'_>, batch: &ValidatedBatch) -> Result<Vec<Vec<Candidate>>> {
+    let fragments = view.fragments;
     let masks = fragments
         .iter()
         .map(|f| candidate_mask(f, batch))
         .collect::<Result<Vec<_>>>()?;
     let items: Vec<(&FragmentView, &RowMask)> = fragments.iter().zip(&masks).collect();
-    let heaps = scan(&items, batch, threads, Kernel::detect())?;
+    let heaps = scan(&items, batch, view, view.threads, Kernel::detect())?;
     postfilter_and_page(fragments, batch, heaps)
 }
 
@@ -142,7 +139,7 @@ pub fn postfilter_and_page(
         (Some(filter), FilterMode::Postfilter) => {
             let mut by_fragment = std::collections::HashMap::new();
             for f in fragments {
-                by_fragment.insert(f.meta.id, filter.evaluate(&f.data.scalars)?);
+                by_fragment.insert(f.meta.id, filter.evaluate(&f.scalars(&filter.columns())?)?);
             }
             Some(by_fragment)
         }
@@ -169,22 +166,33 @@ pub fn postfilter_and_page(
 }
 
 /// The shared scan: every chunk of every fragment scored once for all
-/// queries. Returns one merged heap per query.
+/// queries, in up to `threads` shares of `view`'s pool, checking its cancel
+/// token at every chunk. Returns one merged heap per query.
 pub fn scan(
     items: &[(&FragmentView, &RowMask)],
     batch: &ValidatedBatch,
+    view: &IndexView<'_>,
     threads: usize,
     kernel: Kernel,
 ) -> Result<Vec<TopK>> {
     let mut units = Vec::new();
     for (fi, (f, mask)) in items.iter().enumerate() {
-        let blocks = f.data.rows.div_ceil(BLOCK);
+        let blocks = f.rows().div_ceil(BLOCK);
         for start in (0..blocks).step_by(CHUNK_BLOCKS) {
             let end = (start + CHUNK_BLOCKS).min(blocks);
-            if mask.any_in(start * BLOCK, (end * BLOCK).min(f.data.rows)) {
+            if mask.any_in(start * BLOCK, (end * BLOCK).min(f.rows())) {
                 units.push((fi, start, end));
             }
         }
+    }
+    // The vector column of every fragment with work, held for the scan.
+    let mut vectors = Vec::with_capacity(items.len());
+    for (fi, (f, _)) in items.iter().enumerate() {
+        vectors.push(if units.iter().any(|u| u.0 == fi) {
+            Some(f.vectors(&batch.column)?)
+        } else {
+            None
+        });
     }
     let nq = batch.len();
     let work = units.len() * nq;
@@ -200,8 +208,9 @@ pub fn scan(
             let Some(&(fi, start, end)) = units.get(u) else {
                 break;
             };
+            view.cancel.check()?;
             let (frag, mask) = items[fi];
-            let vectors = frag.data.vectors.get(&batch.column).ok_or_else(|| {
+            let vectors = vectors[fi].as_deref().ok_or_else(|| {
                 crate::error::Error::Internal(format!("fragment lacks column {}", batch.column))
             })?;
             let stride = (end - start) * BLOCK;
@@ -213,7 +222,7 @@ pub fn scan(
                 &mut scratch,
             );
             let first = start * BLOCK;
-            let last = (end * BLOCK).min(frag.data.rows);
+            let last = (end * BLOCK).min(frag.rows());
             let norms = &vectors.norms_sq()[first..last];
             let base = (frag.meta.id as u64) << 32;
             for (qi, heap) in heaps.iter_mut().enumerate() {
@@ -232,7 +241,7 @@ pub fn scan(
         }
         Ok(heaps)
     };
-    let partials = run_workers(threads, |_| worker())?;
+    let partials = view.pool.run(threads, |_| worker())?;
     let mut merged: Option<Vec<TopK>> = None;
     for part in partials {
         merged = Some(match merged {

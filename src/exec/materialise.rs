@@ -1,8 +1,12 @@
-//! Turning candidates into result rows: user ids and projected columns,
-//! read once per row from the fragments already in memory.
+//! Turning candidates into result rows: user ids and projected columns.
+//!
+//! Only the fragments that hold returned rows are touched, and of those
+//! only `id` and the projected columns are read (through the column cache),
+//! so an indexed search never loads a vector column it does not return.
 
 use crate::error::{Error, Result};
 use crate::query::{Candidate, Hit, ScalarValue};
+use crate::storage::fragment::ColumnData;
 use crate::storage::FragmentView;
 use arrow_array::{Array, BooleanArray, Float64Array, Int64Array, StringArray};
 use std::collections::HashMap;
@@ -35,29 +39,45 @@ pub fn hits(
     projection: &[String],
 ) -> Result<Vec<Vec<Hit>>> {
     let by_id: HashMap<u32, &FragmentView> = fragments.iter().map(|f| (f.meta.id, f)).collect();
+    let mut names: Vec<&str> = vec![crate::storage::ID_COLUMN];
+    names.extend(projection.iter().map(String::as_str));
+    // Columns of each fragment that holds a returned row, read once.
+    let mut loaded: HashMap<u32, Vec<ColumnData>> = HashMap::new();
+    for c in candidates.iter().flatten() {
+        let frag_id = (c.row_id >> 32) as u32;
+        if let std::collections::hash_map::Entry::Vacant(slot) = loaded.entry(frag_id) {
+            let f = by_id
+                .get(&frag_id)
+                .ok_or_else(|| Error::Internal(format!("row {} has no fragment", c.row_id)))?;
+            slot.insert(f.columns(&names)?);
+        }
+    }
+    let value = |data: &ColumnData, offset: usize| -> Result<ScalarValue> {
+        match data {
+            ColumnData::Vectors(v) => Ok(ScalarValue::Vector(v.vector(offset))),
+            ColumnData::Scalars(a) => value_at(a.as_ref(), offset),
+            ColumnData::Deletions(_) => Err(Error::Internal("projected a deletion file".into())),
+        }
+    };
     candidates
         .iter()
         .map(|cands| {
             cands
                 .iter()
                 .map(|c| {
-                    let frag_id = (c.row_id >> 32) as u32;
                     let offset = (c.row_id & 0xffff_ffff) as usize;
-                    let f = by_id.get(&frag_id).ok_or_else(|| {
-                        Error::Internal(format!("row {} has no fragment", c.row_id))
-                    })?;
-                    let id = f.data.ids()?.value(offset);
-                    let values = projection
+                    let columns = loaded
+                        .get(&((c.row_id >> 32) as u32))
+                        .ok_or_else(|| Error::Internal("fragment columns not loaded".into()))?;
+                    let id = match value(&columns[0], offset)? {
+                        ScalarValue::Int64(id) => id,
+                        other => {
+                            return Err(Error::Internal(format!("id is not an int64: {other:?}")))
+                        }
+                    };
+                    let values = columns[1..]
                         .iter()
-                        .map(|name| {
-                            if let Some(v) = f.data.vectors.get(name) {
-                                return Ok(ScalarValue::Vector(v.vector(offset)));
-                            }
-                            let col = f.data.scalars.column_by_name(name).ok_or_else(|| {
-                                Error::Internal(format!("projected column '{name}' missing"))
-                            })?;
-                            value_at(col.as_ref(), offset)
-                        })
+                        .map(|d| value(d, offset))
                         .collect::<Result<Vec<_>>>()?;
                     Ok(Hit {
                         row_id: c.row_id,

@@ -2,11 +2,14 @@
 //! Nothing here knows about actors or HTTP; tests call it directly.
 
 pub mod ann;
+pub mod cancel;
 pub mod exact;
 pub mod materialise;
 pub mod plan;
+pub mod pool;
 pub mod profile;
 pub mod shared_scan;
-pub mod workers;
 
+pub use cancel::CancelToken;
+pub use pool::ScanPool;
 pub use profile::Profile;

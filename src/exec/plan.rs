@@ -25,6 +25,7 @@ pub fn execute(
     view: &IndexView<'_>,
     batch: &ValidatedBatch,
 ) -> Result<(Vec<Vec<Candidate>>, Profile)> {
+    view.cancel.check()?;
     let mut profile = Profile {
         queries: batch.len(),
         ..Profile::default()
@@ -74,14 +75,10 @@ pub fn execute(
         profile.fallback_reason = Some("use_index = false".into());
     }
     let t = Instant::now();
-    let out = exact::search(view.fragments, batch, view.threads)?;
+    let out = exact::search(view, batch)?;
     profile.prefilter_builds += view.fragments.len();
-    profile.rows_scored += view
-        .fragments
-        .iter()
-        .map(|f| f.data.rows as u64)
-        .sum::<u64>()
-        * batch.len() as u64;
+    profile.rows_scored +=
+        view.fragments.iter().map(|f| f.rows() as u64).sum::<u64>() * batch.len() as u64;
     profile.scan_ms += ms_since(t);
     Ok((out, profile))
 }

@@ -26,7 +26,6 @@ use crate::exec::ann::{
 };
 use crate::exec::exact::{self, RowMask};
 use crate::exec::profile::{ms_since, Profile};
-use crate::exec::workers::run_workers;
 use crate::index::ivf::LoadedSegment;
 use crate::index::partition::Partition;
 use crate::index::Kernel;
@@ -139,15 +138,16 @@ pub fn search_shared(
             .iter()
             .map(|&i| (&view.fragments[i], masks.of(i)))
             .collect();
-        for (h, e) in
-            heaps
-                .iter_mut()
-                .zip(exact::scan(&items, batch, view.threads, Kernel::detect())?)
-        {
+        for (h, e) in heaps.iter_mut().zip(exact::scan(
+            &items,
+            batch,
+            view,
+            view.threads,
+            Kernel::detect(),
+        )?) {
             h.merge(e);
         }
-        profile.rows_scored +=
-            items.iter().map(|(f, _)| f.data.rows as u64).sum::<u64>() * n as u64;
+        profile.rows_scored += items.iter().map(|(f, _)| f.rows() as u64).sum::<u64>() * n as u64;
         profile.scan_ms += ms_since(t);
     }
     Ok(heaps)
@@ -181,45 +181,48 @@ fn scan_partition_major(
         .map(|&p| seg.partition_rows(p) * probers[p as usize].len())
         .sum();
     let next = AtomicUsize::new(0);
-    let parts = run_workers(threads_for(view, n, work, units.len()), |_| {
-        let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.depth(i))).collect();
-        let (mut qrows, mut qnorms, mut scores) = (Vec::new(), Vec::new(), Vec::new());
-        while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
-            let part = loads.fetch(seg, p, view)?;
-            let qs = &probers[p as usize];
-            for group in qs.chunks(QUERY_GROUP) {
-                qrows.clear();
-                qnorms.clear();
-                for &qi in group {
-                    qrows.extend_from_slice(batch.queries.row(qi));
-                    qnorms.push(batch.queries.norms_sq[qi]);
-                }
-                let stride = score_partition(
-                    seg,
-                    p,
-                    &part,
-                    batch.metric,
-                    &qrows,
-                    &qnorms,
-                    &[],
-                    &[],
-                    &mut scores,
-                );
-                for (j, &qi) in group.iter().enumerate() {
-                    push_scored(
-                        &scores[j * stride..j * stride + part.len()],
-                        &part.row_ids,
-                        masks,
-                        &mut local[qi],
+    let parts = view
+        .pool
+        .run(threads_for(view, n, work, units.len()), |_| {
+            let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.depth(i))).collect();
+            let (mut qrows, mut qnorms, mut scores) = (Vec::new(), Vec::new(), Vec::new());
+            while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+                view.cancel.check()?;
+                let part = loads.fetch(seg, p, view)?;
+                let qs = &probers[p as usize];
+                for group in qs.chunks(QUERY_GROUP) {
+                    qrows.clear();
+                    qnorms.clear();
+                    for &qi in group {
+                        qrows.extend_from_slice(batch.queries.row(qi));
+                        qnorms.push(batch.queries.norms_sq[qi]);
+                    }
+                    let stride = score_partition(
+                        seg,
+                        p,
+                        &part,
+                        batch.metric,
+                        &qrows,
+                        &qnorms,
+                        &[],
+                        &[],
+                        &mut scores,
                     );
+                    for (j, &qi) in group.iter().enumerate() {
+                        push_scored(
+                            &scores[j * stride..j * stride + part.len()],
+                            &part.row_ids,
+                            masks,
+                            &mut local[qi],
+                        );
+                    }
                 }
+                loads
+                    .scored
+                    .fetch_add((qs.len() * part.len()) as u64, Ordering::Relaxed);
             }
-            loads
-                .scored
-                .fetch_add((qs.len() * part.len()) as u64, Ordering::Relaxed);
-        }
-        Ok(local)
-    })?;
+            Ok(local)
+        })?;
     for part in parts {
         for (h, p) in heaps.iter_mut().zip(part) {
             h.merge(p);
@@ -260,9 +263,10 @@ fn scan_pq_block(
     let threads = threads_for(view, block.len(), work, block.len());
     // Fetch: each distinct partition once, shared out to the threads.
     let next = AtomicUsize::new(0);
-    let fetched = run_workers(threads, |_| {
+    let fetched = view.pool.run(threads, |_| {
         let mut got = Vec::new();
         while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+            view.cancel.check()?;
             got.push((slot[p as usize], loads.fetch(seg, p, view)?));
         }
         Ok(got)
@@ -273,7 +277,7 @@ fn scan_pq_block(
     }
     // Score: queries shared out to the threads, each with its table hot.
     let next = AtomicUsize::new(block.start);
-    let scored = run_workers(threads, |_| {
+    let scored = view.pool.run(threads, |_| {
         let mut out = Vec::new();
         let mut scores = Vec::new();
         while let Some(qi) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|qi| *qi < block.end)
@@ -283,6 +287,7 @@ fn scan_pq_block(
             let qn = [batch.queries.norms_sq[qi]];
             let mut heap = TopK::new(batch.depth(qi));
             for &p in &ranked[qi] {
+                view.cancel.check()?;
                 let part = partitions[slot[p as usize]]
                     .as_ref()
                     .ok_or_else(|| Error::Internal(format!("partition {p} was not fetched")))?;

@@ -136,6 +136,26 @@ impl PartitionCache {
         }
     }
 
+    /// Partition loads in flight now (0 when no search is loading).
+    pub fn loads_in_flight(&self) -> usize {
+        *self
+            .loads
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bytes of partitions held now (after applying pending evictions).
+    pub fn weighted_size(&self) -> u64 {
+        self.cache.run_pending_tasks();
+        self.cache.weighted_size()
+    }
+
+    /// The configured bound in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.cache.policy().max_capacity().unwrap_or(u64::MAX)
+    }
+
     /// The most partition loads that were ever in flight at once.
     pub fn peak_loads_in_flight(&self) -> u64 {
         self.loads.peak.load(Ordering::Relaxed)

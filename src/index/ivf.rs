@@ -152,12 +152,8 @@ fn gather(fragments: &[FragmentView], column: &str) -> Result<(Vec<u64>, Vec<f32
     let mut ids = Vec::new();
     let mut rows = Vec::new();
     for f in fragments {
-        let v = f
-            .data
-            .vectors
-            .get(column)
-            .ok_or_else(|| Error::Internal(format!("fragment lacks column {column}")))?;
-        for i in 0..f.data.rows {
+        let v = f.vectors_uncached(column)?;
+        for i in 0..f.rows() {
             if f.deleted.as_ref().is_some_and(|d| d.contains(i as u32)) {
                 continue;
             }
@@ -488,7 +484,7 @@ impl LoadedSegment {
                 pq,
                 sq,
             },
-            key: Arc::from(meta.id.as_str()),
+            key: Arc::from(dir.to_string_lossy().as_ref()),
             directory: directory.partitions,
             path: ppath,
             file,

@@ -143,6 +143,32 @@ impl Filter {
         &self.sql
     }
 
+    /// The columns the filter reads, each once, in order of appearance: a
+    /// prefilter loads only these.
+    pub fn columns(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        let mut stack = vec![&self.pred];
+        while let Some(p) = stack.pop() {
+            match p {
+                Pred::Cmp { column, .. }
+                | Pred::InList { column, .. }
+                | Pred::IsNull { column, .. }
+                | Pred::Like { column, .. } => {
+                    if !out.contains(&column.as_str()) {
+                        out.push(column);
+                    }
+                }
+                Pred::And(a, b) | Pred::Or(a, b) => {
+                    stack.push(b);
+                    stack.push(a);
+                }
+                Pred::Not(a) => stack.push(a),
+                Pred::Const(_) => {}
+            }
+        }
+        out
+    }
+
     /// Offsets of the rows of `batch` for which the filter is true.
     pub fn evaluate(&self, batch: &RecordBatch) -> Result<RoaringBitmap> {
         let truth = eval(&self.pred, batch)?;

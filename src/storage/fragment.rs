@@ -2,23 +2,31 @@
 //!
 //! Writing streams record batches into `data/<id>-<nonce>.arrow` and fsyncs
 //! it (the nonce keeps two racing writers from ever sharing a file name).
-//! Loading reads the file back into a [`LoadedFragment`]: scalar columns as
-//! Arrow arrays and every vector column in the kernel's block-transposed
-//! layout with precomputed norms.
+//!
+//! Reading is by column and on demand: a [`FragmentView`] loads only the
+//! columns a search touches (the vector column for an exact scan, the
+//! columns a filter names, `id` and the projected columns of returned rows)
+//! through the [`ColumnCache`], a byte-bounded moka cache shared by every
+//! dataset of a session. Vector columns are kept in the kernel's
+//! block-transposed layout with precomputed norms; scalar columns as Arrow
+//! arrays copied out of the file's buffers (so a cached `id` column never
+//! pins the vectors it was read next to).
 
 use crate::error::{Error, Result};
 use crate::index::VectorBlocks;
 use crate::storage::manifest::FragmentMeta;
-use crate::storage::schema::{ColumnType, Schema};
-use arrow_array::{Array, FixedSizeListArray, Float32Array, Int64Array, RecordBatch};
+use crate::storage::schema::{ColumnType, Schema, ID_COLUMN};
+use arrow_array::{make_array, Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
+use arrow_data::transform::MutableArrayData;
 use arrow_ipc::reader::FileReader;
 use arrow_ipc::writer::FileWriter;
+use moka::policy::EvictionPolicy;
 use roaring::RoaringBitmap;
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Directory of fragment files inside a dataset.
 pub const DATA_DIR: &str = "data";
@@ -82,146 +90,343 @@ impl FragmentWriter {
     }
 }
 
-/// A fragment read into memory, ready to be scanned.
-#[derive(Debug)]
-pub struct LoadedFragment {
-    /// Rows in the fragment.
-    pub rows: usize,
-    /// All non-vector columns (including `id`), concatenated.
-    pub scalars: RecordBatch,
-    /// Each vector column, block-transposed with norms.
-    pub vectors: HashMap<String, Arc<VectorBlocks>>,
+/// One column of one fragment file, in memory.
+#[derive(Clone, Debug)]
+pub enum ColumnData {
+    /// A vector column, block-transposed with norms.
+    Vectors(Arc<VectorBlocks>),
+    /// A scalar column (or `id`), as an Arrow array owning its buffers.
+    Scalars(ArrayRef),
+    /// A deletion bitmap (cached beside the columns it applies to).
+    Deletions(Arc<RoaringBitmap>),
 }
 
-impl LoadedFragment {
+impl ColumnData {
+    fn size_bytes(&self) -> usize {
+        match self {
+            ColumnData::Vectors(v) => v.size_bytes(),
+            ColumnData::Scalars(a) => a.get_array_memory_size(),
+            ColumnData::Deletions(d) => d.serialized_size(),
+        }
+    }
+}
+
+/// Key: (file path, column name). Fragment and deletion files never change
+/// once written, so a path names the same bytes for ever.
+type ColumnKey = (Arc<Path>, Arc<str>);
+
+/// Columns read from fragment files, bounded in bytes, least recently used
+/// evicted first; shared by every dataset of a session.
+pub struct ColumnCache {
+    cache: moka::sync::Cache<ColumnKey, ColumnData>,
+    capacity: u64,
+    loads: AtomicU64,
+}
+
+impl std::fmt::Debug for ColumnCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ColumnCache")
+            .field("capacity", &self.capacity)
+            .field("loads", &self.column_loads())
+            .finish()
+    }
+}
+
+impl ColumnCache {
+    /// A cache holding at most `capacity_bytes` of loaded columns.
+    pub fn new(capacity_bytes: u64) -> ColumnCache {
+        ColumnCache {
+            cache: moka::sync::Cache::builder()
+                .max_capacity(capacity_bytes)
+                .weigher(|_k: &ColumnKey, v: &ColumnData| {
+                    u32::try_from(v.size_bytes()).unwrap_or(u32::MAX)
+                })
+                .eviction_policy(EvictionPolicy::lru())
+                .build(),
+            capacity: capacity_bytes,
+            loads: AtomicU64::new(0),
+        }
+    }
+
+    /// The configured bound in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Bytes held now (after applying pending evictions).
+    pub fn weighted_size(&self) -> u64 {
+        self.cache.run_pending_tasks();
+        self.cache.weighted_size()
+    }
+
+    /// Column loads from disk so far (one per column per miss).
+    pub fn column_loads(&self) -> u64 {
+        self.loads.load(Ordering::Relaxed)
+    }
+
+    /// Is `column` of the fragment file `path` in memory now?
+    pub fn contains(&self, path: &Path, column: &str) -> bool {
+        self.cache
+            .contains_key(&(Arc::from(path), Arc::from(column)))
+    }
+}
+
+/// A fragment of a snapshot: its manifest entry and deletions, with its
+/// columns read on demand through the session's [`ColumnCache`].
+#[derive(Clone, Debug)]
+pub struct FragmentView {
+    /// The manifest entry.
+    pub meta: FragmentMeta,
+    /// Deleted offsets in this version, if any.
+    pub deleted: Option<Arc<RoaringBitmap>>,
+    path: Arc<Path>,
+    schema: Arc<Schema>,
+    columns: Arc<ColumnCache>,
+}
+
+impl FragmentView {
+    /// A view of the fragment `meta` of the dataset at `root`; reads its
+    /// deletion bitmap (through the cache), not its columns.
+    pub fn open(
+        root: &Path,
+        meta: &FragmentMeta,
+        schema: Arc<Schema>,
+        columns: Arc<ColumnCache>,
+    ) -> Result<FragmentView> {
+        let deleted = match &meta.deletion_file {
+            Some(file) => {
+                let path: Arc<Path> = Arc::from(
+                    root.join(crate::storage::deletions::DELETIONS_DIR)
+                        .join(file)
+                        .as_path(),
+                );
+                let key: ColumnKey = (path, Arc::from("#deleted"));
+                let data = columns.cache.try_get_with(key, || {
+                    crate::storage::deletions::read_deletions(root, file)
+                        .map(|d| ColumnData::Deletions(Arc::new(d)))
+                });
+                match data.map_err(|e: Arc<Error>| (*e).clone())? {
+                    ColumnData::Deletions(d) => Some(d),
+                    _ => return Err(Error::Internal("deletion cache entry of wrong kind".into())),
+                }
+            }
+            None => None,
+        };
+        Ok(FragmentView {
+            meta: meta.clone(),
+            deleted,
+            path: Arc::from(root.join(DATA_DIR).join(&meta.file).as_path()),
+            schema,
+            columns,
+        })
+    }
+
+    /// The fragment file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Rows in the fragment (deleted ones included).
+    pub fn rows(&self) -> usize {
+        self.meta.rows as usize
+    }
+
+    /// The vector column `name`, block-transposed with norms.
+    pub fn vectors(&self, name: &str) -> Result<Arc<VectorBlocks>> {
+        match self.columns(&[name])?.pop() {
+            Some(ColumnData::Vectors(v)) => Ok(v),
+            _ => Err(Error::Internal(format!("'{name}' is not a vector column"))),
+        }
+    }
+
+    /// The vector column `name` read from the file without going through
+    /// (or filling) the cache: for index builds, which read every vector
+    /// once and would otherwise evict what searches use.
+    pub fn vectors_uncached(&self, name: &str) -> Result<Arc<VectorBlocks>> {
+        if let Some(ColumnData::Vectors(v)) = self
+            .columns
+            .cache
+            .get(&(self.path.clone(), Arc::from(name)))
+        {
+            return Ok(v);
+        }
+        match read_columns(&self.path, &self.meta, &self.schema, &[name])?.pop() {
+            Some(ColumnData::Vectors(v)) => Ok(v),
+            _ => Err(Error::Internal(format!("'{name}' is not a vector column"))),
+        }
+    }
+
+    /// The `id` column followed by the scalar columns `names`, as one batch.
+    pub fn scalars(&self, names: &[&str]) -> Result<RecordBatch> {
+        let mut wanted: Vec<&str> = vec![ID_COLUMN];
+        for n in names {
+            if !wanted.contains(n) {
+                wanted.push(n);
+            }
+        }
+        let arrays = self.columns(&wanted)?;
+        let mut fields = Vec::new();
+        let mut columns = Vec::new();
+        for (name, data) in wanted.iter().zip(arrays) {
+            let ColumnData::Scalars(array) = data else {
+                return Err(Error::Internal(format!("'{name}' is not a scalar column")));
+            };
+            fields.push(arrow_schema::Field::new(
+                *name,
+                array.data_type().clone(),
+                true,
+            ));
+            columns.push(array);
+        }
+        Ok(RecordBatch::try_new(
+            Arc::new(arrow_schema::Schema::new(fields)),
+            columns,
+        )?)
+    }
+
     /// The `id` column.
-    pub fn ids(&self) -> Result<&Int64Array> {
-        self.scalars
-            .column_by_name(crate::storage::schema::ID_COLUMN)
-            .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
-            .ok_or_else(|| Error::Internal("fragment has no int64 id column".into()))
+    pub fn ids(&self) -> Result<ArrayRef> {
+        match self.columns(&[ID_COLUMN])?.pop() {
+            Some(ColumnData::Scalars(a)) => Ok(a),
+            _ => Err(Error::Internal("fragment has no id column".into())),
+        }
     }
 
-    /// Approximate bytes held in memory.
-    pub fn size_bytes(&self) -> usize {
-        self.scalars.get_array_memory_size()
-            + self.vectors.values().map(|v| v.size_bytes()).sum::<usize>()
+    /// Columns `names`, from the cache or (all missing ones in one read)
+    /// from the file.
+    pub fn columns(&self, names: &[&str]) -> Result<Vec<ColumnData>> {
+        let key = |n: &str| -> ColumnKey { (self.path.clone(), Arc::from(n)) };
+        let mut out: Vec<Option<ColumnData>> = names
+            .iter()
+            .map(|n| self.columns.cache.get(&key(n)))
+            .collect();
+        let missing: Vec<&str> = names
+            .iter()
+            .zip(&out)
+            .filter(|(_, d)| d.is_none())
+            .map(|(n, _)| *n)
+            .collect();
+        if !missing.is_empty() {
+            let loaded = read_columns(&self.path, &self.meta, &self.schema, &missing)?;
+            self.columns
+                .loads
+                .fetch_add(missing.len() as u64, Ordering::Relaxed);
+            for (name, data) in missing.iter().zip(loaded) {
+                self.columns.cache.insert(key(name), data.clone());
+                for (slot, n) in out.iter_mut().zip(names) {
+                    if n == name && slot.is_none() {
+                        *slot = Some(data.clone());
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|d| d.ok_or_else(|| Error::Internal("column not loaded".into())))
+            .collect()
     }
 }
 
-/// Reads a fragment file and checks it against the manifest and schema.
-pub fn load_fragment(root: &Path, meta: &FragmentMeta, schema: &Schema) -> Result<LoadedFragment> {
-    let path = root.join(DATA_DIR).join(&meta.file);
-    let file = File::open(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::corrupt(&path, "fragment file is missing"),
-        _ => Error::io(&path, e),
+/// Reads columns `names` of a fragment file, checking the file against the
+/// manifest and schema. Only the named columns are decoded and kept.
+pub fn read_columns(
+    path: &Path,
+    meta: &FragmentMeta,
+    schema: &Schema,
+    names: &[&str],
+) -> Result<Vec<ColumnData>> {
+    let file = File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::corrupt(path, "fragment file is missing"),
+        _ => Error::io(path, e),
     })?;
-    let reader =
-        FileReader::try_new(file, None).map_err(|e| Error::corrupt(&path, e.to_string()))?;
     let expected = schema.arrow_schema();
-    if reader.schema().fields() != expected.fields() {
+    let mut projection = Vec::with_capacity(names.len());
+    for name in names {
+        let i = schema
+            .columns
+            .iter()
+            .position(|c| c.name == *name)
+            .ok_or_else(|| Error::Internal(format!("no column '{name}' in the schema")))?;
+        projection.push(i);
+    }
+    let reader = FileReader::try_new(std::io::BufReader::new(file), Some(projection.clone()))
+        .map_err(|e| Error::corrupt(path, e.to_string()))?;
+    if reader.schema().fields() != expected.project(&projection)?.fields() {
         return Err(Error::corrupt(
-            &path,
+            path,
             "fragment schema differs from the manifest's",
         ));
     }
-    let mut vectors: Vec<(String, usize, VectorBlocks)> = schema
-        .columns
+    let mut vectors: Vec<Option<VectorBlocks>> = projection
         .iter()
-        .filter_map(|c| match c.ty {
-            ColumnType::Vector { dim, .. } => Some((c.name.clone(), dim, VectorBlocks::new(dim))),
+        .map(|&i| match schema.columns[i].ty {
+            ColumnType::Vector { dim, .. } => Some(VectorBlocks::new(dim)),
             _ => None,
         })
         .collect();
-    let scalar_idx: Vec<usize> = schema
-        .columns
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| !matches!(c.ty, ColumnType::Vector { .. }))
-        .map(|(i, _)| i)
-        .collect();
-    let scalar_schema = Arc::new(expected.project(&scalar_idx)?);
-    let mut scalar_batches = Vec::new();
+    let mut scalar_parts: Vec<Vec<ArrayRef>> = vec![Vec::new(); projection.len()];
+    let mut rows = 0usize;
     for batch in reader {
-        let batch = batch.map_err(|e| Error::corrupt(&path, e.to_string()))?;
-        for (name, dim, blocks) in vectors.iter_mut() {
-            let col = batch
-                .column_by_name(name)
-                .and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>())
-                .ok_or_else(|| {
-                    Error::corrupt(&path, format!("vector column '{name}' unreadable"))
-                })?;
-            let values = col
-                .values()
-                .as_any()
-                .downcast_ref::<Float32Array>()
-                .ok_or_else(|| Error::corrupt(&path, "vector values are not float32"))?;
-            let start = col.offset() * *dim;
-            blocks.extend_from_rows(&values.values()[start..start + col.len() * *dim]);
+        let batch = batch.map_err(|e| Error::corrupt(path, e.to_string()))?;
+        rows += batch.num_rows();
+        for (j, &i) in projection.iter().enumerate() {
+            let col = batch.column(j);
+            match (&mut vectors[j], &schema.columns[i].ty) {
+                (Some(blocks), &ColumnType::Vector { dim, .. }) => {
+                    let list = col
+                        .as_any()
+                        .downcast_ref::<FixedSizeListArray>()
+                        .ok_or_else(|| {
+                            Error::corrupt(path, format!("vector column '{}' unreadable", names[j]))
+                        })?;
+                    let values = list
+                        .values()
+                        .as_any()
+                        .downcast_ref::<Float32Array>()
+                        .ok_or_else(|| Error::corrupt(path, "vector values are not float32"))?;
+                    let start = list.offset() * dim;
+                    let raw = values
+                        .values()
+                        .get(start..start + list.len() * dim)
+                        .ok_or_else(|| {
+                            Error::corrupt(path, "vector column shorter than its rows")
+                        })?;
+                    blocks.extend_from_rows(raw);
+                }
+                _ => scalar_parts[j].push(col.clone()),
+            }
         }
-        scalar_batches.push(batch.project(&scalar_idx)?);
     }
-    let scalars = arrow_select::concat::concat_batches(&scalar_schema, &scalar_batches)?;
-    if scalars.num_rows() as u64 != meta.rows {
+    if rows as u64 != meta.rows {
         return Err(Error::corrupt(
-            &path,
-            format!(
-                "holds {} rows, the manifest says {}",
-                scalars.num_rows(),
-                meta.rows
-            ),
+            path,
+            format!("holds {rows} rows, the manifest says {}", meta.rows),
         ));
     }
-    Ok(LoadedFragment {
-        rows: scalars.num_rows(),
-        scalars,
-        vectors: vectors
-            .into_iter()
-            .map(|(name, _, blocks)| (name, Arc::new(blocks)))
-            .collect(),
-    })
+    let mut out = Vec::with_capacity(projection.len());
+    for (j, &i) in projection.iter().enumerate() {
+        out.push(match vectors[j].take() {
+            Some(blocks) => ColumnData::Vectors(Arc::new(blocks)),
+            None => ColumnData::Scalars(owned_concat(
+                &scalar_parts[j],
+                expected.field(i).data_type(),
+            )?),
+        });
+    }
+    Ok(out)
 }
 
-/// Loaded fragments shared by every handle and version of one dataset.
-/// Fragment files never change once written, so caching by file name is safe.
-#[derive(Debug, Default)]
-pub struct FragmentCache {
-    loaded: Mutex<HashMap<String, Arc<LoadedFragment>>>,
-    deletions: Mutex<HashMap<String, Arc<RoaringBitmap>>>,
-}
-
-impl FragmentCache {
-    /// The fragment, loaded on first use.
-    pub fn get(
-        &self,
-        root: &Path,
-        meta: &FragmentMeta,
-        schema: &Schema,
-    ) -> Result<Arc<LoadedFragment>> {
-        if let Some(f) = self.lock().get(&meta.file) {
-            return Ok(f.clone());
-        }
-        let loaded = Arc::new(load_fragment(root, meta, schema)?);
-        self.lock().insert(meta.file.clone(), loaded.clone());
-        Ok(loaded)
+/// One array holding `parts` end to end in freshly allocated buffers (the
+/// parts point into the whole record batch read from the file; keeping
+/// them would keep every column of that batch alive).
+fn owned_concat(parts: &[ArrayRef], data_type: &arrow_schema::DataType) -> Result<ArrayRef> {
+    if parts.is_empty() {
+        return Ok(arrow_array::new_empty_array(data_type));
     }
-
-    /// A deletion bitmap, read with `read` on first use.
-    pub fn deletions(
-        &self,
-        file: &str,
-        read: impl FnOnce() -> Result<RoaringBitmap>,
-    ) -> Result<Arc<RoaringBitmap>> {
-        let mut map = self.deletions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = map.get(file) {
-            return Ok(b.clone());
-        }
-        let bitmap = Arc::new(read()?);
-        map.insert(file.to_string(), bitmap.clone());
-        Ok(bitmap)
+    let data: Vec<arrow_data::ArrayData> = parts.iter().map(|p| p.to_data()).collect();
+    let total: usize = data.iter().map(|d| d.len()).sum();
+    let mut copy = MutableArrayData::new(data.iter().collect(), false, total);
+    for (i, d) in data.iter().enumerate() {
+        copy.try_extend(i, 0, d.len())?;
     }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LoadedFragment>>> {
-        self.loaded.lock().unwrap_or_else(|p| p.into_inner())
-    }
+    Ok(make_array(copy.freeze()))
 }

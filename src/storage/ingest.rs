@@ -1,17 +1,15 @@
-//! Ingest: `.fvecs`, `.npy`, Parquet and JSON Lines into a dataset.
+//! Input readers for ingest: `.fvecs`, `.npy`, Parquet and JSON Lines.
 //!
 //! Readers stream the input in chunks of `ingest.chunk_rows` rows (bounded
 //! memory), each chunk becoming one Arrow record batch that
 //! [`conform_batch`](crate::storage::conform::conform_batch) fits to the
 //! schema. A new dataset's schema is inferred from the first chunk. Malformed
 //! input stops the ingest with an error naming the row or byte, and nothing
-//! is committed. Progress is drawn on stderr when it is a terminal.
+//! is committed. The ingest itself (create or open, append, commit) is
+//! `db::ingest`.
 
-use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::index::Metric;
-use crate::storage::dataset::Dataset;
-use crate::storage::manifest::VERSIONS_DIR;
 use crate::storage::schema::{ColumnType, Schema};
 use arrow_array::builder::{
     BooleanBuilder, Float32Builder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
@@ -48,17 +46,6 @@ impl Default for IngestOptions {
     }
 }
 
-/// What an ingest did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IngestReport {
-    /// Rows appended.
-    pub rows: u64,
-    /// The version committed.
-    pub version: u64,
-    /// True when the dataset was created by this ingest.
-    pub created: bool,
-}
-
 /// The input formats shoal reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -93,90 +80,26 @@ impl Format {
     }
 }
 
-/// Ingests `input` into the dataset at `dataset_dir`, creating it when it
-/// does not exist. All rows are committed as one new version, or none.
-pub fn ingest(
-    dataset_dir: &Path,
-    input: &Path,
-    opts: &IngestOptions,
-    config: &Config,
-) -> Result<IngestReport> {
-    let format = Format::of(input)?;
-    if opts.meta.is_some() && !matches!(format, Format::Fvecs | Format::Npy) {
-        return Err(Error::InvalidArgument(
-            "--meta only applies to .fvecs and .npy input".into(),
-        ));
-    }
-    let existing = if dataset_dir.join(VERSIONS_DIR).exists() {
-        Some(Dataset::open_with_config(dataset_dir, config.clone())?)
-    } else {
-        None
-    };
-    let total_bytes = std::fs::metadata(input)
-        .map_err(|e| Error::io(input, e))?
-        .len();
-    let progress = progress_bar(opts.progress, total_bytes);
-    let mut reader = ChunkReader::open(format, input, opts, config.ingest.chunk_rows)?;
-    let mut schema = existing.as_ref().map(|d| d.schema().clone());
-    let first = reader.next_chunk()?;
-    let Some(first) = first else {
-        return Err(Error::malformed(input, "the input holds no rows"));
-    };
-    let created = existing.is_none();
-    let mut dataset = match existing {
-        Some(d) => d,
-        None => {
-            let inferred = infer_schema(&first, opts.metric)?;
-            schema = Some(inferred.clone());
-            Dataset::create(dataset_dir, inferred, config.clone())?
-        }
-    };
-    let schema = schema.ok_or_else(|| Error::Internal("schema unknown".into()))?;
-    let first = first.into_batch(&schema, input)?;
-    let rest = std::iter::from_fn(|| {
-        progress.set_position(reader.bytes_read());
-        match reader.next_chunk() {
-            Ok(Some(chunk)) => Some(chunk.into_batch(&schema, input)),
-            Ok(None) => None,
-            Err(e) => Some(Err(e)),
-        }
-    });
-    let rows = dataset.append(std::iter::once(Ok(first)).chain(rest))?;
-    progress.finish_and_clear();
-    Ok(IngestReport {
-        rows,
-        version: dataset.version(),
-        created,
-    })
-}
-
-fn progress_bar(enabled: bool, total: u64) -> indicatif::ProgressBar {
-    if !enabled {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "ingest {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar
-}
-
 /// One chunk of input rows before it is fitted to the schema.
-enum Chunk {
+pub enum Chunk {
     /// Vectors from `.fvecs`/`.npy`, with optional JSON metadata rows.
     Vectors {
+        /// The vector column's name.
         column: String,
+        /// Dimension.
         dim: usize,
+        /// Row-major vectors.
         data: Vec<f32>,
+        /// Scalar columns per row, from `--meta`.
         meta: Option<Vec<Map<String, Value>>>,
+        /// Row number of the first vector in the input.
         first_row: u64,
     },
     /// JSON Lines rows.
     Json {
+        /// Parsed rows.
         rows: Vec<Map<String, Value>>,
+        /// Line number of the first row.
         first_line: u64,
     },
     /// A Parquet record batch.
@@ -184,7 +107,8 @@ enum Chunk {
 }
 
 impl Chunk {
-    fn into_batch(self, schema: &Schema, path: &Path) -> Result<RecordBatch> {
+    /// The chunk as a record batch conformed to `schema`.
+    pub fn into_batch(self, schema: &Schema, path: &Path) -> Result<RecordBatch> {
         match self {
             Chunk::Vectors {
                 column,
@@ -236,7 +160,8 @@ fn batch_from(fields: Vec<(String, ArrayRef)>, rows: usize) -> Result<RecordBatc
 }
 
 /// Infers a new dataset's schema from its first chunk.
-fn infer_schema(chunk: &Chunk, metric: Metric) -> Result<Schema> {
+/// The schema of a new dataset, inferred from the first chunk of input.
+pub fn infer_schema(chunk: &Chunk, metric: Metric) -> Result<Schema> {
     let mut cols: Vec<(String, ColumnType)> = Vec::new();
     match chunk {
         Chunk::Vectors {
@@ -456,7 +381,8 @@ fn json_columns(
 }
 
 /// Streams chunks from one input file (and its metadata file).
-struct ChunkReader {
+/// Streams an input file as chunks of at most `chunk_rows` rows.
+pub struct ChunkReader {
     source: Source,
     chunk_rows: usize,
     rows_read: u64,
@@ -565,7 +491,13 @@ impl JsonLines {
 }
 
 impl ChunkReader {
-    fn open(format: Format, path: &Path, opts: &IngestOptions, chunk_rows: usize) -> Result<Self> {
+    /// Opens `path` in `format`.
+    pub fn open(
+        format: Format,
+        path: &Path,
+        opts: &IngestOptions,
+        chunk_rows: usize,
+    ) -> Result<Self> {
         let source = match format {
             Format::Fvecs => Source::Fvecs {
                 path: path.to_path_buf(),
@@ -607,7 +539,8 @@ impl ChunkReader {
         })
     }
 
-    fn bytes_read(&self) -> u64 {
+    /// Input bytes consumed so far (for progress).
+    pub fn bytes_read(&self) -> u64 {
         match &self.source {
             Source::Fvecs { reader, .. } | Source::Npy { reader, .. } => reader.offset,
             Source::Jsonl(j) => j.bytes,
@@ -616,7 +549,8 @@ impl ChunkReader {
     }
 
     /// The next chunk, or `None` at the end of the input.
-    fn next_chunk(&mut self) -> Result<Option<Chunk>> {
+    /// The next chunk, or `None` at the end of the input.
+    pub fn next_chunk(&mut self) -> Result<Option<Chunk>> {
         let first_row = self.rows_read;
         let chunk_rows = self.chunk_rows;
         let vectors = match &mut self.source {

@@ -2,12 +2,11 @@
 //! and ingest from common vector file formats.
 
 pub mod conform;
-pub mod dataset;
 pub mod deletions;
 pub mod fragment;
 pub mod ingest;
 pub mod manifest;
 pub mod schema;
 
-pub use dataset::{Dataset, FragmentView, StagedCommit, VersionInfo};
+pub use fragment::FragmentView;
 pub use schema::{Column, ColumnType, Schema, ID_COLUMN};

@@ -4,7 +4,8 @@ use arrow_array::{
     ArrayRef, FixedSizeListArray, Float32Array, Int32Array, ListArray, RecordBatch, StringArray,
 };
 use arrow_schema::{DataType, Field};
-use shoal::storage::ingest::{ingest, write_fvecs, IngestOptions};
+use shoal::db::ingest::ingest;
+use shoal::storage::ingest::{write_fvecs, IngestOptions};
 use shoal::{ColumnType, Config, Dataset, Error, Metric, Query, ScalarValue};
 use std::path::Path;
 use std::sync::Arc;

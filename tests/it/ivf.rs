@@ -243,6 +243,8 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
             segments: vec![fresh],
             cache: ds.partition_cache(),
             threads: 2,
+            pool: ds.session().pool(),
+            cancel: &shoal::CancelToken::new(),
         };
         let validated = ValidatedBatch::new(&b, ds.schema(), &Config::default().limits).unwrap();
         let (cands, _) = shoal::exec::plan::execute(&view, &validated).unwrap();

@@ -6,5 +6,6 @@ mod common;
 mod exact;
 mod ingest;
 mod ivf;
+mod session;
 mod shared;
 mod storage;

@@ -2,25 +2,27 @@
 //!
 //! A [`Dataset`] handle is pinned to one version (a snapshot). Writes build
 //! the next version's files, then publish its manifest atomically; the handle
-//! that wrote moves to the new version, other handles keep theirs.
+//! that wrote moves to the new version, other handles keep theirs. Every
+//! handle belongs to a [`Session`], whose caches, scan pool and config it
+//! uses.
 
 use crate::config::Config;
+use crate::db::session::Session;
 use crate::error::{Error, Result};
 use crate::exec;
-use crate::exec::Profile;
+use crate::exec::{CancelToken, Profile};
 use crate::index::ivf::{build_segment, validate_params, LoadedSegment, INDICES_DIR};
 use crate::index::{IndexParams, IndexSegmentMeta, PartitionCache};
 use crate::query::{BatchQuery, Query, SearchResults, ValidatedBatch};
 use crate::storage::conform::conform_batch;
-use crate::storage::deletions::{read_deletions, write_deletions, DELETIONS_DIR};
-use crate::storage::fragment::{FragmentCache, FragmentWriter, LoadedFragment, DATA_DIR};
+use crate::storage::deletions::{write_deletions, DELETIONS_DIR};
+use crate::storage::fragment::{FragmentWriter, DATA_DIR};
 use crate::storage::manifest::{
-    commit_manifest, list_versions, read_manifest, sync_dir, FragmentMeta, Manifest,
-    FORMAT_VERSION, VERSIONS_DIR,
+    commit_manifest, list_versions, read_manifest, sync_dir, Manifest, FORMAT_VERSION, VERSIONS_DIR,
 };
 use crate::storage::schema::Schema;
+use crate::storage::FragmentView;
 use arrow_array::RecordBatch;
-use roaring::RoaringBitmap;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,40 +32,8 @@ use std::sync::Arc;
 pub struct Dataset {
     root: PathBuf,
     manifest: Arc<Manifest>,
-    config: Arc<Config>,
-    cache: Arc<FragmentCache>,
-    indices: Arc<IndexCache>,
-}
-
-/// Opened index segments and the partition cache, shared by every handle
-/// and version of one dataset (segments never change once written).
-#[derive(Debug)]
-struct IndexCache {
-    segments: std::sync::Mutex<std::collections::HashMap<String, Arc<LoadedSegment>>>,
-    partitions: PartitionCache,
-}
-
-impl IndexCache {
-    fn new(config: &Config) -> Arc<Self> {
-        Arc::new(IndexCache {
-            segments: Default::default(),
-            partitions: PartitionCache::new(
-                config.cache.capacity_bytes.bytes(),
-                config.cache.max_concurrent_loads,
-            ),
-        })
-    }
-}
-
-/// A fragment of a snapshot, loaded, with its deletions.
-#[derive(Clone, Debug)]
-pub struct FragmentView {
-    /// The manifest entry.
-    pub meta: FragmentMeta,
-    /// The rows in memory.
-    pub data: Arc<LoadedFragment>,
-    /// Deleted offsets in this version, if any.
-    pub deleted: Option<Arc<RoaringBitmap>>,
+    schema: Arc<Schema>,
+    session: Session,
 }
 
 /// One line of a dataset's history.
@@ -99,10 +69,7 @@ impl StagedCommit {
     /// Publishes the manifest; returns a handle on the new version.
     pub fn commit(self) -> Result<Dataset> {
         commit_manifest(&self.dataset.root, &self.manifest)?;
-        Ok(Dataset {
-            manifest: Arc::new(self.manifest),
-            ..self.dataset
-        })
+        Ok(self.dataset.with_manifest(self.manifest))
     }
 }
 
@@ -114,8 +81,19 @@ fn now_ms() -> u64 {
 }
 
 impl Dataset {
-    /// Creates an empty dataset (version 1) at `root` with `schema`.
+    /// Creates an empty dataset (version 1) at `root` with `schema`, in a
+    /// session of its own with `config`.
     pub fn create(root: impl AsRef<Path>, schema: Schema, config: Config) -> Result<Dataset> {
+        Dataset::create_in(&Session::new(config), root, schema)
+    }
+
+    /// Creates an empty dataset in `session` (see [`Session::create`]).
+    pub(crate) fn create_in(
+        session: &Session,
+        root: impl AsRef<Path>,
+        schema: Schema,
+    ) -> Result<Dataset> {
+        let config = session.config();
         let root = root.as_ref().to_path_buf();
         if root.join(VERSIONS_DIR).exists() {
             return Err(Error::DatasetExists(root));
@@ -146,32 +124,55 @@ impl Dataset {
             indices: Vec::new(),
         };
         commit_manifest(&root, &manifest)?;
-        Ok(Dataset::from_manifest(root, manifest, config))
+        Ok(Dataset::from_manifest(root, manifest, session.clone()))
     }
 
-    fn from_manifest(root: PathBuf, manifest: Manifest, config: Config) -> Dataset {
+    fn from_manifest(root: PathBuf, manifest: Manifest, session: Session) -> Dataset {
         Dataset {
             root,
+            schema: Arc::new(manifest.schema.clone()),
             manifest: Arc::new(manifest),
-            indices: IndexCache::new(&config),
-            config: Arc::new(config),
-            cache: Arc::default(),
+            session,
         }
     }
 
-    /// Opens the latest version with the default configuration.
+    fn with_manifest(&self, manifest: Manifest) -> Dataset {
+        let schema = if manifest.schema == *self.schema {
+            self.schema.clone()
+        } else {
+            Arc::new(manifest.schema.clone())
+        };
+        Dataset {
+            root: self.root.clone(),
+            manifest: Arc::new(manifest),
+            schema,
+            session: self.session.clone(),
+        }
+    }
+
+    /// Opens the latest version with the default configuration, in a
+    /// session of its own. Use [`Session::open`] to share caches and scan
+    /// threads between datasets.
     pub fn open(root: impl AsRef<Path>) -> Result<Dataset> {
         Dataset::open_with_config(root, Config::default())
     }
 
-    /// Opens the latest version.
+    /// Opens the latest version in a session of its own with `config`.
     pub fn open_with_config(root: impl AsRef<Path>, config: Config) -> Result<Dataset> {
+        Dataset::open_in(&Session::new(config), root)
+    }
+
+    /// Opens the latest version in `session` (see [`Session::open`]).
+    pub(crate) fn open_in(session: &Session, root: impl AsRef<Path>) -> Result<Dataset> {
         let root = root.as_ref().to_path_buf();
+        if !root.exists() {
+            return Err(Error::DatasetNotFound(root));
+        }
         let latest = *list_versions(&root)?
             .last()
             .ok_or_else(|| Error::NotADataset(root.clone()))?;
         let manifest = read_manifest(&root, latest)?;
-        Ok(Dataset::from_manifest(root, manifest, config))
+        Ok(Dataset::from_manifest(root, manifest, session.clone()))
     }
 
     /// A handle on `version` of the same dataset (sharing loaded fragments).
@@ -180,10 +181,7 @@ impl Dataset {
             return Ok(self.clone());
         }
         let manifest = read_manifest(&self.root, version)?;
-        Ok(Dataset {
-            manifest: Arc::new(manifest),
-            ..self.clone()
-        })
+        Ok(self.with_manifest(manifest))
     }
 
     /// A handle on the newest committed version.
@@ -214,9 +212,14 @@ impl Dataset {
         &self.manifest
     }
 
-    /// The configuration in force.
+    /// The configuration in force (the session's).
     pub fn config(&self) -> &Config {
-        &self.config
+        self.session.config()
+    }
+
+    /// The session this handle belongs to.
+    pub fn session(&self) -> &Session {
+        &self.session
     }
 
     /// Rows visible in this version.
@@ -241,25 +244,19 @@ impl Dataset {
             .collect()
     }
 
-    /// Every fragment of this version, loaded, with its deletions.
+    /// Every fragment of this version with its deletions; columns are read
+    /// on demand through the session's column cache.
     pub fn fragments(&self) -> Result<Vec<FragmentView>> {
         self.manifest
             .fragments
             .iter()
             .map(|meta| {
-                let data = self.cache.get(&self.root, meta, &self.manifest.schema)?;
-                let deleted = match &meta.deletion_file {
-                    Some(file) => Some(
-                        self.cache
-                            .deletions(file, || read_deletions(&self.root, file))?,
-                    ),
-                    None => None,
-                };
-                Ok(FragmentView {
-                    meta: meta.clone(),
-                    data,
-                    deleted,
-                })
+                FragmentView::open(
+                    &self.root,
+                    meta,
+                    self.schema.clone(),
+                    self.session.column_cache().clone(),
+                )
             })
             .collect()
     }
@@ -272,7 +269,7 @@ impl Dataset {
         I: IntoIterator<Item = Result<RecordBatch>>,
     {
         let schema = &self.manifest.schema;
-        let per_fragment = self.config.ingest.rows_per_fragment as u64;
+        let per_fragment = self.config().ingest.rows_per_fragment as u64;
         let mut manifest = (*self.manifest).clone();
         manifest.version += 1;
         manifest.timestamp_ms = now_ms();
@@ -347,7 +344,7 @@ impl Dataset {
         manifest.operation = "delete".into();
         let mut total = 0u64;
         for (meta, view) in manifest.fragments.iter_mut().zip(self.fragments()?) {
-            let matched = filter.evaluate(&view.data.scalars)?;
+            let matched = filter.evaluate(&view.scalars(&filter.columns())?)?;
             let mut deleted = view.deleted.as_deref().cloned().unwrap_or_default();
             let before = deleted.len();
             deleted |= matched;
@@ -368,7 +365,7 @@ impl Dataset {
         }
         sync_dir(&self.root.join(DELETIONS_DIR))?;
         commit_manifest(&self.root, &manifest)?;
-        self.manifest = Arc::new(manifest);
+        *self = self.with_manifest(manifest);
         Ok(total)
     }
 
@@ -385,20 +382,34 @@ impl Dataset {
 
     /// Searches a batch and reports what the execution did.
     pub fn search_batch_profiled(&self, batch: &BatchQuery) -> Result<(SearchResults, Profile)> {
+        self.search_batch_cancellable(batch, &CancelToken::new())
+    }
+
+    /// Searches a batch that `cancel` may stop: once cancelled, the scan
+    /// stops within one partition (or exact-scan chunk) and the search
+    /// returns [`Error::Cancelled`], holding nothing afterwards.
+    pub fn search_batch_cancellable(
+        &self,
+        batch: &BatchQuery,
+        cancel: &CancelToken,
+    ) -> Result<(SearchResults, Profile)> {
         let snapshot = match batch.version {
             Some(v) => self.checkout(v)?,
             None => self.clone(),
         };
-        let validated = ValidatedBatch::new(batch, snapshot.schema(), &self.config.limits)?;
+        let validated = ValidatedBatch::new(batch, snapshot.schema(), &self.config().limits)?;
         let fragments = snapshot.fragments()?;
         let segments = snapshot.segments(&validated.column)?;
         let view = exec::ann::IndexView {
             fragments: &fragments,
             segments,
-            cache: &self.indices.partitions,
-            threads: self.config.scan_threads(),
+            cache: self.session.partition_cache(),
+            threads: self.config().scan_threads(),
+            pool: self.session.pool(),
+            cancel,
         };
         let (candidates, mut profile) = exec::plan::execute(&view, &validated)?;
+        cancel.check()?;
         let t = std::time::Instant::now();
         let hits = exec::materialise::hits(&fragments, &candidates, &validated.projection)?;
         profile.materialise_ms = exec::profile::ms_since(t);
@@ -415,29 +426,17 @@ impl Dataset {
     /// The index segments of `column` in this version, opened.
     pub fn segments(&self, column: &str) -> Result<Vec<Arc<LoadedSegment>>> {
         let (_, dim, _) = self.schema().vector_column(Some(column))?;
-        let mut out = Vec::new();
-        for meta in self.manifest.indices.iter().filter(|m| m.column == column) {
-            let mut open = self
-                .indices
-                .segments
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let seg = match open.get(&meta.id) {
-                Some(s) => s.clone(),
-                None => {
-                    let s = Arc::new(LoadedSegment::open(&self.root, meta, dim)?);
-                    open.insert(meta.id.clone(), s.clone());
-                    s
-                }
-            };
-            out.push(seg);
-        }
-        Ok(out)
+        self.manifest
+            .indices
+            .iter()
+            .filter(|m| m.column == column)
+            .map(|meta| self.session.segment(&self.root, meta, dim))
+            .collect()
     }
 
-    /// The partition cache shared by this dataset's handles.
+    /// The partition cache (the session's, shared by all its datasets).
     pub fn partition_cache(&self) -> &PartitionCache {
-        &self.indices.partitions
+        self.session.partition_cache()
     }
 
     /// Index segments recorded in this version.
@@ -462,7 +461,7 @@ impl Dataset {
         manifest.indices.extend(new);
         sync_dir(&self.root.join(INDICES_DIR))?;
         commit_manifest(&self.root, &manifest)?;
-        self.manifest = Arc::new(manifest);
+        *self = self.with_manifest(manifest);
         Ok(())
     }
 

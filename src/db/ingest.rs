@@ -1,0 +1,95 @@
+//! Ingest: reading an input file into a dataset, creating it on first use.
+//!
+//! The readers (`storage::ingest`) stream the input in chunks; this module
+//! opens or creates the dataset, appends every chunk as one new version and
+//! draws progress on stderr when it is a terminal. A failed ingest commits
+//! nothing.
+
+use crate::config::Config;
+use crate::db::dataset::Dataset;
+use crate::error::{Error, Result};
+use crate::storage::ingest::{infer_schema, ChunkReader, Format, IngestOptions};
+use crate::storage::manifest::VERSIONS_DIR;
+use std::path::Path;
+
+/// What an ingest did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IngestReport {
+    /// Rows appended.
+    pub rows: u64,
+    /// The version committed.
+    pub version: u64,
+    /// True when the dataset was created by this ingest.
+    pub created: bool,
+}
+
+/// Ingests `input` into the dataset at `dataset_dir`, creating it when it
+/// does not exist. All rows are committed as one new version, or none.
+pub fn ingest(
+    dataset_dir: &Path,
+    input: &Path,
+    opts: &IngestOptions,
+    config: &Config,
+) -> Result<IngestReport> {
+    let format = Format::of(input)?;
+    if opts.meta.is_some() && !matches!(format, Format::Fvecs | Format::Npy) {
+        return Err(Error::InvalidArgument(
+            "--meta only applies to .fvecs and .npy input".into(),
+        ));
+    }
+    let existing = if dataset_dir.join(VERSIONS_DIR).exists() {
+        Some(Dataset::open_with_config(dataset_dir, config.clone())?)
+    } else {
+        None
+    };
+    let total_bytes = std::fs::metadata(input)
+        .map_err(|e| Error::io(input, e))?
+        .len();
+    let progress = progress_bar(opts.progress, total_bytes);
+    let mut reader = ChunkReader::open(format, input, opts, config.ingest.chunk_rows)?;
+    let mut schema = existing.as_ref().map(|d| d.schema().clone());
+    let first = reader.next_chunk()?;
+    let Some(first) = first else {
+        return Err(Error::malformed(input, "the input holds no rows"));
+    };
+    let created = existing.is_none();
+    let mut dataset = match existing {
+        Some(d) => d,
+        None => {
+            let inferred = infer_schema(&first, opts.metric)?;
+            schema = Some(inferred.clone());
+            Dataset::create(dataset_dir, inferred, config.clone())?
+        }
+    };
+    let schema = schema.ok_or_else(|| Error::Internal("schema unknown".into()))?;
+    let first = first.into_batch(&schema, input)?;
+    let rest = std::iter::from_fn(|| {
+        progress.set_position(reader.bytes_read());
+        match reader.next_chunk() {
+            Ok(Some(chunk)) => Some(chunk.into_batch(&schema, input)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
+    });
+    let rows = dataset.append(std::iter::once(Ok(first)).chain(rest))?;
+    progress.finish_and_clear();
+    Ok(IngestReport {
+        rows,
+        version: dataset.version(),
+        created,
+    })
+}
+
+fn progress_bar(enabled: bool, total: u64) -> indicatif::ProgressBar {
+    if !enabled {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "ingest {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}

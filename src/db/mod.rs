@@ -1,0 +1,10 @@
+//! The database facade: a [`Session`] (one per process: caches, scan pool,
+//! config) and the [`Dataset`] handles opened in it (open, create, append,
+//! delete, index, search).
+
+pub mod dataset;
+pub mod ingest;
+pub mod session;
+
+pub use dataset::{Dataset, StagedCommit, VersionInfo};
+pub use session::Session;

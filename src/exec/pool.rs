@@ -1,0 +1,255 @@
+//! The scan pool: persistent worker threads that every scan runs on.
+//!
+//! A scan asks for `n` shares of work ([`ScanPool::run`]): share `i` is
+//! `worker(i)`, and a worker usually pulls its units (partitions, chunks,
+//! queries) from an atomic counter it shares with the other shares. The
+//! calling thread posts `n - 1` tickets to the pool and then claims shares
+//! itself until none is left, so a scan never waits for a share that nobody
+//! has started: it cannot deadlock, even when every pool thread is busy with
+//! other scans (or when the caller is itself a pool thread). Pool threads are
+//! made once per pool, never per search.
+//!
+//! A share that panics becomes [`Error::Internal`]; the pool thread lives on.
+//! Results come back in share order; the first error (in share order) wins.
+
+use crate::error::{Error, Result};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Persistent scan threads. Cloning shares the same threads; they exit when
+/// the last clone is dropped.
+#[derive(Clone)]
+pub struct ScanPool {
+    tickets: crossbeam_channel::Sender<Arc<dyn Ticket>>,
+    threads: usize,
+}
+
+impl std::fmt::Debug for ScanPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScanPool")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+/// Something a pool thread can help with.
+trait Ticket: Send + Sync {
+    /// Claims and runs shares of the scan until none is left.
+    fn help(&self);
+}
+
+impl ScanPool {
+    /// A pool of `threads` worker threads (at least one).
+    pub fn new(threads: usize) -> ScanPool {
+        let threads = threads.max(1);
+        let (tx, rx) = crossbeam_channel::unbounded::<Arc<dyn Ticket>>();
+        for i in 0..threads {
+            let rx = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("shoal-scan-{i}"))
+                .spawn(move || {
+                    // Ends when every sender (every pool handle) is gone.
+                    while let Ok(ticket) = rx.recv() {
+                        ticket.help();
+                    }
+                });
+            // A pool thread that cannot be spawned only costs parallelism:
+            // callers always run shares themselves.
+            drop(spawned);
+        }
+        ScanPool {
+            tickets: tx,
+            threads,
+        }
+    }
+
+    /// Worker threads in the pool.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `worker(0..shares)` on the pool and the calling thread; returns
+    /// the results in share order. The first error wins; a panicking share
+    /// is an internal error. Returns only when no share is running.
+    pub fn run<T, F>(&self, shares: usize, worker: F) -> Result<Vec<T>>
+    where
+        T: Send + 'static,
+        F: Fn(usize) -> Result<T> + Sync,
+    {
+        let shares = shares.max(1);
+        if shares == 1 {
+            return run_share(&worker, 0);
+        }
+        let erased: &(dyn Fn(usize) -> Result<T> + Sync) = &worker;
+        // SAFETY: the pointer outlives its last use. It is only dereferenced
+        // by a thread that claimed a share index below `shares` (see
+        // `Scan::claim_and_run`), and this function does not return before
+        // every claimed share has finished: the loop below claims shares
+        // until the counter passes `shares`, so all of them have been
+        // claimed, and `wait_all` then blocks until each has recorded its
+        // result. Shares cannot unwind past that point (`run_share` catches
+        // panics). Tickets still queued afterwards only touch the counter,
+        // which the `Arc` keeps alive, and find nothing left to claim.
+        let work: *const (dyn Fn(usize) -> Result<T> + Sync + 'static) =
+            unsafe { std::mem::transmute(erased) };
+        let scan = Arc::new(Scan {
+            work,
+            shares,
+            next: AtomicUsize::new(0),
+            done: Mutex::new(Done {
+                finished: 0,
+                results: (0..shares).map(|_| None).collect(),
+            }),
+            all_done: Condvar::new(),
+        });
+        for _ in 1..shares.min(self.threads + 1) {
+            // A send fails only when no pool thread is left; the caller
+            // then runs every share itself.
+            let _ = self.tickets.send(scan.clone() as Arc<dyn Ticket>);
+        }
+        while scan.claim_and_run() {}
+        let results = scan.wait_all();
+        results.into_iter().collect()
+    }
+}
+
+/// Runs one share, turning a panic into an internal error.
+fn run_share<T>(worker: &(dyn Fn(usize) -> Result<T> + Sync), i: usize) -> Result<Vec<T>> {
+    run_one(worker, i).map(|t| vec![t])
+}
+
+fn run_one<T>(worker: &(dyn Fn(usize) -> Result<T> + Sync), i: usize) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(|| worker(i)))
+        .unwrap_or_else(|_| Err(Error::Internal("a scan worker panicked".into())))
+}
+
+/// One call of [`ScanPool::run`], shared with the pool threads.
+struct Scan<T> {
+    /// The caller's worker, lifetime erased (see the SAFETY note in `run`).
+    work: *const (dyn Fn(usize) -> Result<T> + Sync),
+    shares: usize,
+    next: AtomicUsize,
+    done: Mutex<Done<T>>,
+    all_done: Condvar,
+}
+
+struct Done<T> {
+    finished: usize,
+    results: Vec<Option<Result<T>>>,
+}
+
+// SAFETY: `work` points to a `Sync` closure, so calling it from several
+// threads is allowed; results of type `T: Send` move between threads only
+// through the mutex. Nothing else in `Scan` is thread-bound.
+unsafe impl<T: Send> Send for Scan<T> {}
+// SAFETY: as above; shared access goes through atomics and the mutex.
+unsafe impl<T: Send> Sync for Scan<T> {}
+
+impl<T: Send> Scan<T> {
+    /// Claims the next share and runs it; false when none is left.
+    fn claim_and_run(&self) -> bool {
+        let i = self.next.fetch_add(1, Ordering::AcqRel);
+        if i >= self.shares {
+            return false;
+        }
+        // SAFETY: share `i` was claimed, so the caller of `run` is still
+        // waiting for it and the closure is alive (see `run`).
+        let worker = unsafe { &*self.work };
+        let result = run_one(worker, i);
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        done.results[i] = Some(result);
+        done.finished += 1;
+        if done.finished == self.shares {
+            self.all_done.notify_all();
+        }
+        true
+    }
+
+    /// Blocks until every share has finished; their results in order.
+    fn wait_all(&self) -> Vec<Result<T>> {
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        while done.finished < self.shares {
+            done = self.all_done.wait(done).unwrap_or_else(|p| p.into_inner());
+        }
+        done.results
+            .iter_mut()
+            .map(|r| {
+                r.take()
+                    .unwrap_or_else(|| Err(Error::Internal("a scan share left no result".into())))
+            })
+            .collect()
+    }
+}
+
+impl<T: Send + 'static> Ticket for Scan<T> {
+    fn help(&self) {
+        while self.claim_and_run() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_run_in_order_and_borrow_from_the_caller() {
+        let pool = ScanPool::new(2);
+        let data: Vec<u64> = (0..1000).collect();
+        let next = AtomicUsize::new(0);
+        for shares in [1, 2, 3, 8] {
+            next.store(0, Ordering::Relaxed);
+            let sums = pool
+                .run(shares, |i| {
+                    let mut sum = 0;
+                    while let Some(x) = data.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        sum += x;
+                    }
+                    Ok((i, sum))
+                })
+                .unwrap();
+            assert_eq!(
+                sums.iter().map(|s| s.0).collect::<Vec<_>>(),
+                (0..shares).collect::<Vec<_>>()
+            );
+            assert_eq!(sums.iter().map(|s| s.1).sum::<u64>(), 499_500);
+        }
+    }
+
+    #[test]
+    fn a_panicking_share_is_an_internal_error_and_the_pool_lives_on() {
+        let pool = ScanPool::new(2);
+        for _ in 0..5 {
+            let err = pool
+                .run(3, |i| {
+                    if i == 1 {
+                        panic!("boom");
+                    }
+                    Ok(i)
+                })
+                .unwrap_err();
+            assert!(matches!(err, Error::Internal(_)), "{err}");
+        }
+        assert_eq!(pool.run(4, Ok).unwrap(), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn nested_and_concurrent_runs_never_deadlock() {
+        let pool = ScanPool::new(2);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        let outer = pool
+                            .run(3, |i| {
+                                let inner = pool.run(3, |j| Ok(i * 10 + j))?;
+                                Ok(inner.iter().sum::<usize>())
+                            })
+                            .unwrap();
+                        assert_eq!(outer, vec![3, 33, 63]);
+                    }
+                });
+            }
+        });
+    }
+}

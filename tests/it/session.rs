@@ -1,0 +1,166 @@
+//! One session per process: shared bounded caches, projected lazy reads,
+//! the scan pool and cancellation.
+
+use crate::common::*;
+use shoal::index::{IndexKind, IndexParams};
+use shoal::query::{Nprobes, SearchMode};
+use shoal::{BatchQuery, CancelToken, Config, Error, Metric, Query, Session};
+
+fn quiet() -> impl FnMut(&str, usize, usize) {
+    |_: &str, _: usize, _: usize| {}
+}
+
+fn bits(r: &shoal::SearchResults) -> Vec<Vec<(u64, u32)>> {
+    r.hits
+        .iter()
+        .map(|h| h.iter().map(|h| (h.row_id, h.distance.to_bits())).collect())
+        .collect()
+}
+
+fn indexed_session_dataset(
+    session: &Session,
+    dir: &std::path::Path,
+    rows: usize,
+    seed: u64,
+) -> (shoal::Dataset, Vec<Row>) {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut ds = session.create(dir, schema(16, Metric::L2)).unwrap();
+    let all = make_rows(&mut rng, 0, rows, 16);
+    for chunk in all.chunks(rows / 2) {
+        ds.append([Ok(batch_of(chunk, 16))]).unwrap();
+    }
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 16), &mut quiet())
+        .unwrap();
+    (ds, all)
+}
+
+#[test]
+fn two_datasets_in_one_session_share_one_cache_bound() {
+    let cap = 24 * 1024;
+    let config = Config::from_toml_str(&format!(
+        "[cache]\ncapacity_bytes = {cap}\ncolumn_bytes = {cap}\n"
+    ))
+    .unwrap();
+    let session = Session::new(config);
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, rows_a) = indexed_session_dataset(&session, d1.path(), 2000, 1);
+    let (b, rows_b) = indexed_session_dataset(&session, d2.path(), 2000, 2);
+    // Each index alone is bigger than the bound: 2,000 rows × 16 floats.
+    let mut peak = 0;
+    for round in 0..20 {
+        for (ds, rows) in [(&a, &rows_a), (&b, &rows_b)] {
+            let q: Vec<Vec<f32>> = (0..8)
+                .map(|i| rows[(round * 97 + i * 31) % rows.len()].vector.clone())
+                .collect();
+            let mut batch = BatchQuery::new(q, 10);
+            batch.options.nprobes = Nprobes::Fixed(4);
+            let res = ds.search_batch(&batch).unwrap();
+            assert!(res.hits.iter().all(|h| h.len() == 10));
+            let held = session.partition_cache().weighted_size();
+            assert!(held <= cap, "partitions held {held} > {cap}");
+            let cols = session.column_cache().weighted_size();
+            assert!(cols <= cap, "columns held {cols} > {cap}");
+            peak = peak.max(held);
+        }
+    }
+    assert!(peak > 0, "the cache was used");
+    // Both datasets answer from one cache: their partitions have distinct keys.
+    let c = session.partition_cache().counters();
+    assert!(c.misses > 0 && c.hits + c.misses >= 20 * 2 * 8);
+}
+
+#[test]
+fn indexed_search_with_projection_never_loads_the_vector_column() {
+    let session = Session::new(Config::default());
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, rows) = indexed_session_dataset(&session, dir.path(), 1200, 3);
+    let q: Vec<Vec<f32>> = (0..20).map(|i| rows[i * 13].vector.clone()).collect();
+    for mode in [SearchMode::Auto, SearchMode::PerQuery] {
+        let mut batch = BatchQuery::new(q.clone(), 5);
+        batch.options.nprobes = Nprobes::Fixed(3);
+        batch.mode = mode;
+        batch.projection = vec!["category".into()];
+        batch.filter = Some("len < 20".into());
+        let res = ds.search_batch(&batch).unwrap();
+        assert!(res
+            .hits
+            .iter()
+            .all(|h| h.len() == 5 && h[0].values.len() == 1));
+    }
+    let fragments = ds.fragments().unwrap();
+    assert_eq!(fragments.len(), 2);
+    let cache = session.column_cache();
+    for f in &fragments {
+        assert!(!cache.contains(f.path(), "emb"), "vectors were loaded");
+        assert!(
+            !cache.contains(f.path(), "flag"),
+            "an unused column was loaded"
+        );
+        assert!(
+            cache.contains(f.path(), "len"),
+            "the filter's column is read"
+        );
+    }
+    assert!(fragments
+        .iter()
+        .any(|f| cache.contains(f.path(), "category")));
+    // An exact search does read the vectors.
+    let mut exact = BatchQuery::new(q, 5);
+    exact.mode = SearchMode::Exact;
+    ds.search_batch(&exact).unwrap();
+    assert!(fragments.iter().all(|f| cache.contains(f.path(), "emb")));
+}
+
+#[test]
+fn a_search_cancelled_mid_scan_stops_and_releases_everything() {
+    let config = Config::from_toml_str("[cache]\ncapacity_bytes = 65536\n").unwrap();
+    let session = Session::new(config);
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, rows) = indexed_session_dataset(&session, dir.path(), 20_000, 4);
+    let q: Vec<Vec<f32>> = (0..256).map(|i| rows[i * 71].vector.clone()).collect();
+    let mut batch = BatchQuery::new(q, 10);
+    batch.options.nprobes = Nprobes::Fixed(16);
+    let before = ds.search_batch(&batch).unwrap();
+    // Cancelled before it starts: nothing runs.
+    let token = CancelToken::new();
+    token.cancel();
+    assert!(matches!(
+        ds.search_batch_cancellable(&batch, &token),
+        Err(Error::Cancelled)
+    ));
+    // Cancelled from another thread while scanning, for every mode.
+    for mode in [SearchMode::Auto, SearchMode::PerQuery, SearchMode::Exact] {
+        let mut b = batch.clone();
+        b.mode = mode;
+        let mut cancelled = false;
+        for delay_us in [2000u64, 500, 100, 10, 0] {
+            let token = CancelToken::new();
+            let outcome = std::thread::scope(|s| {
+                s.spawn(|| {
+                    std::thread::sleep(std::time::Duration::from_micros(delay_us));
+                    token.cancel();
+                });
+                ds.search_batch_cancellable(&b, &token)
+            });
+            match outcome {
+                Err(Error::Cancelled) => {
+                    cancelled = true;
+                    break;
+                }
+                Ok(_) => continue, // finished before the cancel: try sooner
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(cancelled, "{mode:?}: never observed a cancellation");
+        assert_eq!(session.partition_cache().loads_in_flight(), 0);
+    }
+    let after = ds.search_batch(&batch).unwrap();
+    assert_eq!(
+        bits(&before),
+        bits(&after),
+        "same answer after cancellations"
+    );
+    let one = ds.search(&Query::new(rows[5].vector.clone(), 3)).unwrap();
+    assert_eq!(one.hits[0].len(), 3);
+}
