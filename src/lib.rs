@@ -13,13 +13,13 @@
 //! # Ok::<(), shoal::Error>(())
 //! ```
 
-pub mod bench;
 pub mod config;
 pub mod db;
 pub mod demo;
 pub mod error;
 pub mod exec;
 pub mod index;
+pub mod kernel;
 pub mod query;
 pub mod storage;
 
@@ -27,7 +27,7 @@ pub use config::Config;
 pub use db::{Dataset, Session};
 pub use error::{Error, ErrorKind, Result};
 pub use exec::CancelToken;
-pub use index::Metric;
+pub use kernel::Metric;
 pub use query::{
     BatchQuery, FilterMode, Hit, PerQuery, Query, ScalarValue, SearchMode, SearchResults,
 };

@@ -1,7 +1,9 @@
 //! The `shoal` command line: demo, ingest, info, search, delete, bench.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use shoal::bench::{
+mod cli;
+
+use cli::bench::{
     run_batch, run_exact, run_ivf, write_json, BatchBenchOptions, ExactBenchOptions,
     IvfBenchOptions,
 };
@@ -340,7 +342,7 @@ fn run(cli: Cli) -> Result<()> {
         None => Config::default(),
     };
     match cli.command {
-        Command::Demo { dir } => shoal::demo::run_demo(&dir, &config),
+        Command::Demo { dir } => cli::demo::run_demo(&dir, &config),
         Command::Ingest {
             dataset,
             vectors,

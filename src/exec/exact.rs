@@ -11,7 +11,7 @@
 
 use crate::error::Result;
 use crate::exec::ann::IndexView;
-use crate::index::distance::{dot_blocks, Kernel, BLOCK};
+use crate::kernel::{dot_blocks, Kernel, BLOCK};
 use crate::query::{Candidate, FilterMode, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -28,7 +28,7 @@ use crate::exec::exact::{self, RowMask};
 use crate::exec::profile::{ms_since, Profile};
 use crate::index::ivf::LoadedSegment;
 use crate::index::partition::Partition;
-use crate::index::Kernel;
+use crate::kernel::Kernel;
 use crate::query::{Nprobes, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

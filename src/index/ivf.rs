@@ -16,11 +16,12 @@
 
 use crate::error::{Error, Result};
 use crate::index::cache::PartitionCache;
-use crate::index::distance::{Metric, PreparedQueries, VectorBlocks};
 use crate::index::kmeans::{self, KMeansParams};
 use crate::index::partition::{encode_partition, read_partition, EncodedRows, Partition, Payload};
 use crate::index::pq::ProductQuantizer;
 use crate::index::sq::ScalarQuantizer;
+use crate::kernel::{Metric, PreparedQueries, VectorBlocks};
+pub use crate::storage::index_meta::{IndexKind, IndexParams, IndexSegmentMeta};
 use crate::storage::manifest::write_synced;
 use crate::storage::FragmentView;
 use rand::seq::SliceRandom;
@@ -31,80 +32,6 @@ use std::sync::Arc;
 
 /// Directory of index segments inside a dataset.
 pub const INDICES_DIR: &str = "indices";
-
-/// The type of an IVF index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum IndexKind {
-    /// Float32 vectors per partition.
-    IvfFlat,
-    /// Residual product quantization with `sub_vectors` 8-bit codes.
-    IvfPq {
-        /// Number of sub-vectors (bytes per code); divides the dimension.
-        sub_vectors: usize,
-    },
-    /// 8-bit scalar quantization per dimension.
-    IvfSq,
-}
-
-impl IndexKind {
-    /// Short name (`ivf_flat`, `ivf_pq`, `ivf_sq`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            IndexKind::IvfFlat => "ivf_flat",
-            IndexKind::IvfPq { .. } => "ivf_pq",
-            IndexKind::IvfSq => "ivf_sq",
-        }
-    }
-}
-
-/// How to build an index.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct IndexParams {
-    /// Index type.
-    pub kind: IndexKind,
-    /// Number of partitions (k-means centroids).
-    pub partitions: usize,
-    /// Training sample: at most this many rows per partition.
-    pub sample_per_partition: usize,
-    /// Lloyd iterations for centroids and codebooks.
-    pub iterations: usize,
-    /// Random seed (sampling, k-means++).
-    pub seed: u64,
-}
-
-impl IndexParams {
-    /// Defaults: 256-row sample per partition, 25 iterations, seed 42.
-    pub fn new(kind: IndexKind, partitions: usize) -> Self {
-        IndexParams {
-            kind,
-            partitions,
-            sample_per_partition: 256,
-            iterations: 25,
-            seed: 42,
-        }
-    }
-}
-
-/// A segment as recorded in the manifest.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct IndexSegmentMeta {
-    /// Directory name under `indices/`.
-    pub id: String,
-    /// The vector column indexed.
-    pub column: String,
-    /// The metric the index was built for.
-    pub metric: Metric,
-    /// Build parameters.
-    pub params: IndexParams,
-    /// Fragments covered.
-    pub fragments: Vec<u32>,
-    /// Rows indexed.
-    pub rows: u64,
-    /// Segment whose model (centroids, quantizer) this one uses; its own id
-    /// for a trained segment.
-    pub trained_in: String,
-}
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct PartitionEntry {

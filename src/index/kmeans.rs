@@ -8,9 +8,7 @@
 //! over the cores. Empty clusters are re-seeded by splitting the largest
 //! cluster: its centroid is copied and both copies are nudged apart.
 
-use crate::index::distance::{
-    dot_blocks, fma_dot, Kernel, Metric, PreparedQueries, VectorBlocks, BLOCK,
-};
+use crate::kernel::{dot_blocks, fma_dot, Kernel, Metric, PreparedQueries, VectorBlocks, BLOCK};
 use rand::{Rng, SeedableRng};
 
 /// Training settings.

@@ -1,7 +1,7 @@
-//! Vector index structures and the distance kernels they are scored with.
+//! Vector index structures: k-means, IVF segments, PQ and SQ quantizers,
+//! partition files and the partition cache.
 
 pub mod cache;
-pub mod distance;
 pub mod ivf;
 pub mod kmeans;
 pub mod partition;
@@ -9,5 +9,4 @@ pub mod pq;
 pub mod sq;
 
 pub use cache::PartitionCache;
-pub use distance::{Kernel, Metric, VectorBlocks};
 pub use ivf::{IndexKind, IndexParams, IndexSegmentMeta};

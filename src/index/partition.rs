@@ -18,8 +18,8 @@
 //! corruption before any garbage could be scored.
 
 use crate::error::{Error, Result};
-use crate::index::distance::{Lanes, VectorBlocks, BLOCK};
 use crate::index::sq::ScalarQuantizer;
+use crate::kernel::{Lanes, VectorBlocks, BLOCK};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 

@@ -3,8 +3,8 @@
 //! nearest of 256 sub-centroids. A query scores codes through a lookup table
 //! of `m × 256` partial distances (asymmetric distance computation, ADC).
 
-use crate::index::distance::Metric;
 use crate::index::kmeans::{self, KMeansParams};
+use crate::kernel::Metric;
 
 /// Sub-centroids per sub-space (8-bit codes).
 pub const CODES: usize = 256;
@@ -169,8 +169,8 @@ impl ProductQuantizer {
                 }
                 acc
             }
-            Metric::Dot => -crate::index::distance::fma_dot(q, c),
-            Metric::Cosine => 1.0 - crate::index::distance::fma_dot(q, c),
+            Metric::Dot => -crate::kernel::fma_dot(q, c),
+            Metric::Cosine => 1.0 - crate::kernel::fma_dot(q, c),
         }
     }
 

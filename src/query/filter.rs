@@ -600,7 +600,7 @@ fn eval(pred: &Pred, batch: &RecordBatch) -> Result<Truth> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::Metric;
+    use crate::kernel::Metric;
     use std::sync::Arc;
 
     fn schema() -> Schema {

@@ -5,8 +5,8 @@
 
 use crate::config::Limits;
 use crate::error::{Error, Result};
-use crate::index::distance::{fma_dot, PreparedQueries};
-use crate::index::Metric;
+use crate::kernel::Metric;
+use crate::kernel::{fma_dot, PreparedQueries};
 use crate::query::filter::Filter;
 use crate::storage::schema::Schema;
 use serde::{Deserialize, Serialize};

@@ -13,7 +13,7 @@
 //! pins the vectors it was read next to).
 
 use crate::error::{Error, Result};
-use crate::index::VectorBlocks;
+use crate::kernel::VectorBlocks;
 use crate::storage::manifest::FragmentMeta;
 use crate::storage::schema::{ColumnType, Schema, ID_COLUMN};
 use arrow_array::{make_array, Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};

@@ -9,7 +9,7 @@
 //! `db::ingest`.
 
 use crate::error::{Error, Result};
-use crate::index::Metric;
+use crate::kernel::Metric;
 use crate::storage::schema::{ColumnType, Schema};
 use arrow_array::builder::{
     BooleanBuilder, Float32Builder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,

@@ -57,7 +57,7 @@ pub struct Manifest {
     pub rows_appended: u64,
     /// Index segments of this version.
     #[serde(default)]
-    pub indices: Vec<crate::index::IndexSegmentMeta>,
+    pub indices: Vec<crate::storage::index_meta::IndexSegmentMeta>,
 }
 
 impl Manifest {

@@ -4,6 +4,7 @@
 pub mod conform;
 pub mod deletions;
 pub mod fragment;
+pub mod index_meta;
 pub mod ingest;
 pub mod manifest;
 pub mod schema;

@@ -1,7 +1,7 @@
 //! The logical schema of a dataset and its mapping to Arrow.
 
 use crate::error::{Error, Result};
-use crate::index::Metric;
+use crate::kernel::Metric;
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

@@ -4,14 +4,15 @@
 //! Everything is measured in one run on the same data, and reported as
 //! rates and ratios; nothing here is asserted on.
 
-use crate::config::Config;
-use crate::db::Dataset;
-use crate::demo::{clustered_vectors, demo_batch, demo_schema};
-use crate::error::{Error, Result};
-use crate::index::distance::{dot_blocks, measure_fma_peak_gflops, Kernel, VectorBlocks, BLOCK};
-use crate::index::Metric;
-use crate::query::{BatchQuery, Query};
+use super::fma_peak::measure_fma_peak_gflops;
 use serde::Serialize;
+use shoal::config::Config;
+use shoal::db::Dataset;
+use shoal::demo::{clustered_vectors, demo_batch, demo_schema};
+use shoal::error::{Error, Result};
+use shoal::kernel::Metric;
+use shoal::kernel::{dot_blocks, Kernel, VectorBlocks, BLOCK};
+use shoal::query::{BatchQuery, Query};
 use std::time::{Duration, Instant};
 
 /// What to measure.
@@ -334,7 +335,7 @@ pub struct IvfBenchOptions {
     /// Metric.
     pub metric: Metric,
     /// Index types.
-    pub kinds: Vec<crate::index::IndexKind>,
+    pub kinds: Vec<shoal::index::IndexKind>,
     /// Partitions.
     pub partitions: usize,
     /// nprobes values.
@@ -383,7 +384,7 @@ pub struct IvfReport {
 /// The IVF benchmarks' synthetic set: 1,000 overlapping clusters (noise
 /// 0.6), queries drawn from the same clusters as the base.
 fn synthetic(n: usize, dim: usize) -> Vec<f32> {
-    crate::demo::clustered_vectors_with_noise(n, dim, 1000, 0.6, 3)
+    shoal::demo::clustered_vectors_with_noise(n, dim, 1000, 0.6, 3)
 }
 
 /// Recall@k of `found` ids against `truth` (best first).
@@ -401,7 +402,7 @@ pub fn recall_at_k(found: &[Vec<i64>], truth: &[Vec<i32>], k: usize) -> f64 {
 /// Builds each index type over the data and measures recall and QPS per
 /// nprobes, one query per call.
 pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
-    use crate::storage::ingest::{read_ivecs, read_vectors, write_fvecs, write_ivecs};
+    use shoal::storage::ingest::{read_ivecs, read_vectors, write_fvecs, write_ivecs};
     let (dim, base): (usize, Vec<Vec<f32>>) = match &opts.base {
         Some(p) => read_vectors(p)?,
         None => {
@@ -435,7 +436,7 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
             let mut out = Vec::new();
             for chunk in queries.chunks(256) {
                 let mut b = BatchQuery::new(chunk.to_vec(), opts.k.max(100).min(base.len()));
-                b.mode = crate::query::SearchMode::Exact;
+                b.mode = shoal::query::SearchMode::Exact;
                 for hits in ds.search_batch(&b)?.hits {
                     out.push(hits.iter().map(|h| h.id as i32).collect());
                 }
@@ -460,7 +461,7 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
     ds.fragments()?;
     let mut rows_measured = Vec::new();
     for kind in &opts.kinds {
-        let params = crate::index::IndexParams::new(*kind, opts.partitions);
+        let params = shoal::index::IndexParams::new(*kind, opts.partitions);
         eprintln!("building {} ...", kind.name());
         let t = Instant::now();
         ds.create_index(None, params, &mut |_, _, _| {})?;
@@ -472,8 +473,8 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
                 .map(|v| Query::new(v.clone(), opts.k))
                 .collect();
             for q in single.iter_mut() {
-                q.mode = crate::query::SearchMode::PerQuery;
-                q.options.nprobes = crate::query::Nprobes::Fixed(np);
+                q.mode = shoal::query::SearchMode::PerQuery;
+                q.options.nprobes = shoal::query::Nprobes::Fixed(np);
             }
             // Warm the partition cache, then time one pass.
             for q in single.iter().take(50) {
@@ -545,7 +546,7 @@ pub struct BatchBenchOptions {
     /// Batch sizes.
     pub batch_sizes: Vec<usize>,
     /// Modes to compare.
-    pub modes: Vec<crate::query::SearchMode>,
+    pub modes: Vec<shoal::query::SearchMode>,
     /// Passes over the query set per measurement (after one warm-up pass).
     pub passes: usize,
 }
@@ -600,8 +601,8 @@ pub fn peak_rss_mib() -> f64 {
 
 /// Shared scan against the per-query loop on an indexed dataset.
 pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchRow>> {
-    use crate::query::Nprobes;
-    use crate::storage::ingest::{read_ivecs, read_vectors};
+    use shoal::query::Nprobes;
+    use shoal::storage::ingest::{read_ivecs, read_vectors};
     let ds = Dataset::open_with_config(&opts.dataset, config.clone())?;
     let (_, queries) = read_vectors(&opts.queries)?;
     let truth = match &opts.groundtruth {
@@ -612,7 +613,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
     let flat_scoring = ds
         .index_segments()
         .iter()
-        .all(|s| !matches!(s.params.kind, crate::index::IndexKind::IvfPq { .. }));
+        .all(|s| !matches!(s.params.kind, shoal::index::IndexKind::IvfPq { .. }));
     let mut rows = Vec::new();
     for &b in &opts.batch_sizes {
         let per_mode: Vec<Vec<BatchQuery>> = opts
@@ -648,7 +649,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
         // hits them alike; QPS is the median pass.
         let mut laps: Vec<Vec<Duration>> = vec![Vec::new(); per_mode.len()];
         let mut pass_qps: Vec<Vec<f64>> = vec![Vec::new(); per_mode.len()];
-        let mut totals: Vec<crate::exec::Profile> = vec![Default::default(); per_mode.len()];
+        let mut totals: Vec<shoal::exec::Profile> = vec![Default::default(); per_mode.len()];
         for _ in 0..opts.passes.max(1) {
             for (mi, batches) in per_mode.iter().enumerate() {
                 let start = Instant::now();

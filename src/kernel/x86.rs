@@ -1,0 +1,203 @@
+//! The AVX-512 and AVX2 + FMA register tiles of the dot kernel (x86_64).
+//! Each (query, vector) pair is one FMA chain over the dimensions in one
+//! SIMD lane; see the module doc of `kernel`.
+
+use super::blocks::{Lanes, BLOCK};
+use std::arch::x86_64::*;
+
+/// One register tile: `Q` queries × `B` blocks of 16 vectors.
+#[target_feature(enable = "avx512f")]
+unsafe fn tile512<const Q: usize, const B: usize>(
+    q: *const f32,
+    dim: usize,
+    x: *const Lanes,
+    out: *mut f32,
+    stride: usize,
+) {
+    // SAFETY: the caller (`dots_avx512`) passes pointers to `Q` query
+    // rows of `dim` floats, `B` whole 64-byte-aligned blocks of `dim`
+    // lanes, and an output with room for `Q` rows of `stride` floats,
+    // `B * 16` of them from `out`; AVX-512F is enabled on this function.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); B]; Q];
+        for j in 0..dim {
+            let mut xv = [_mm512_setzero_ps(); B];
+            for (b, v) in xv.iter_mut().enumerate() {
+                *v = _mm512_load_ps(x.add(b * dim + j) as *const f32);
+            }
+            for (i, row) in acc.iter_mut().enumerate() {
+                let qv = _mm512_set1_ps(*q.add(i * dim + j));
+                for (a, v) in row.iter_mut().zip(xv.iter()) {
+                    *a = _mm512_fmadd_ps(qv, *v, *a);
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            for (b, a) in row.iter().enumerate() {
+                _mm512_storeu_ps(out.add(i * stride + b * BLOCK), *a);
+            }
+        }
+    }
+}
+
+/// One register tile for AVX2: `Q` queries × one block (two 8-lane halves).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile256<const Q: usize>(
+    q: *const f32,
+    dim: usize,
+    x: *const Lanes,
+    out: *mut f32,
+    stride: usize,
+) {
+    // SAFETY: the caller (`dots_avx2`) passes pointers to `Q` query rows
+    // of `dim` floats, one whole 64-byte-aligned block of `dim` lanes and
+    // an output with room for `Q` rows of `stride` floats, 16 of them
+    // from `out`; AVX2 and FMA are enabled on this function.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; Q];
+        for j in 0..dim {
+            let p = x.add(j) as *const f32;
+            let xv = [_mm256_load_ps(p), _mm256_load_ps(p.add(8))];
+            for (i, row) in acc.iter_mut().enumerate() {
+                let qv = _mm256_set1_ps(*q.add(i * dim + j));
+                row[0] = _mm256_fmadd_ps(qv, xv[0], row[0]);
+                row[1] = _mm256_fmadd_ps(qv, xv[1], row[1]);
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(i * stride), row[0]);
+            _mm256_storeu_ps(out.add(i * stride + 8), row[1]);
+        }
+    }
+}
+
+/// Lane-wise FMA chain of squares over one block.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn block_norms_avx512(block: &[Lanes]) -> [f32; BLOCK] {
+    let mut acc = _mm512_setzero_ps();
+    for lanes in block {
+        // SAFETY: `Lanes` is 64-byte aligned and holds 16 floats.
+        let v = unsafe { _mm512_load_ps(lanes.0.as_ptr()) };
+        acc = _mm512_fmadd_ps(v, v, acc);
+    }
+    let mut out = [0.0f32; BLOCK];
+    // SAFETY: `out` holds 16 floats.
+    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
+    out
+}
+
+macro_rules! tile_rows {
+    ($f:ident, $rem:expr, $($args:tt)*) => {
+        match $rem {
+            1 => $f::<1, $($args)*>,
+            2 => $f::<2, $($args)*>,
+            3 => $f::<3, $($args)*>,
+            4 => $f::<4, $($args)*>,
+            5 => $f::<5, $($args)*>,
+            6 => $f::<6, $($args)*>,
+            7 => $f::<7, $($args)*>,
+            _ => $f::<8, $($args)*>,
+        }
+    };
+}
+
+/// # Safety
+/// The CPU must support AVX-512F; `q` holds `nq × dim` floats, `x` whole
+/// blocks of `dim` lanes, and `out` at least `nq × stride` floats.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn dots_avx512(
+    q: &[f32],
+    nq: usize,
+    dim: usize,
+    x: &[Lanes],
+    out: &mut [f32],
+    stride: usize,
+) {
+    const QT: usize = 8;
+    let nblocks = x.len() / dim;
+    let (qp, xp, op) = (q.as_ptr(), x.as_ptr(), out.as_mut_ptr());
+    // Few queries: wider tiles (up to 8 blocks for one query, 4 for
+    // two) so that enough independent FMA chains are in flight to hide
+    // the FMA latency.
+    let widest = match nq {
+        1 => 8,
+        2 => 4,
+        _ => 2,
+    };
+    let mut b = 0;
+    while b < nblocks {
+        let left = nblocks - b;
+        let span = [8, 4, 2, 1]
+            .into_iter()
+            .find(|&s| s <= widest && s <= left)
+            .unwrap_or(1);
+        let mut i = 0;
+        while i < nq {
+            let rows = (nq - i).min(QT);
+            let f: unsafe fn(*const f32, usize, *const Lanes, *mut f32, usize) = match (rows, span)
+            {
+                (1, 8) => tile512::<1, 8>,
+                (1, 4) => tile512::<1, 4>,
+                (2, 4) => tile512::<2, 4>,
+                (_, 1) => tile_rows!(tile512, rows, 1),
+                _ => tile_rows!(tile512, rows, 2),
+            };
+            // SAFETY: rows `i..i + rows` < nq, blocks `b..b + span` <=
+            // nblocks, and `out` holds nq × stride floats (this
+            // function's contract), so every pointer the tile touches is
+            // in bounds; AVX-512F is enabled here.
+            unsafe {
+                f(
+                    qp.add(i * dim),
+                    dim,
+                    xp.add(b * dim),
+                    op.add(i * stride + b * BLOCK),
+                    stride,
+                )
+            };
+            i += rows;
+        }
+        b += span;
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA; bounds as for [`dots_avx512`].
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dots_avx2(
+    q: &[f32],
+    nq: usize,
+    dim: usize,
+    x: &[Lanes],
+    out: &mut [f32],
+    stride: usize,
+) {
+    const QT: usize = 4;
+    let nblocks = x.len() / dim;
+    let (qp, xp, op) = (q.as_ptr(), x.as_ptr(), out.as_mut_ptr());
+    for b in 0..nblocks {
+        let mut i = 0;
+        while i < nq {
+            let rows = (nq - i).min(QT);
+            let f = match rows {
+                1 => tile256::<1>,
+                2 => tile256::<2>,
+                3 => tile256::<3>,
+                _ => tile256::<4>,
+            };
+            // SAFETY: rows `i..i + rows` < nq, block `b` < nblocks, and
+            // `out` holds nq × stride floats (this function's contract);
+            // AVX2 and FMA are enabled here.
+            unsafe {
+                f(
+                    qp.add(i * dim),
+                    dim,
+                    xp.add(b * dim),
+                    op.add(i * stride + b * BLOCK),
+                    stride,
+                )
+            };
+            i += rows;
+        }
+    }
+}
