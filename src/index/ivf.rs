@@ -17,7 +17,7 @@
 use crate::error::{Error, Result};
 use crate::index::cache::PartitionCache;
 use crate::index::kmeans::{self, KMeansParams};
-use crate::index::partition::{encode_partition, read_partition, EncodedRows, Partition, Payload};
+use crate::index::partition::{read_partition, Partition, PartitionWriter, Payload, RecordKind};
 use crate::index::pq::ProductQuantizer;
 use crate::index::sq::ScalarQuantizer;
 use crate::kernel::{Metric, PreparedQueries, VectorBlocks};
@@ -74,21 +74,80 @@ pub fn coarse_metric(metric: Metric) -> Metric {
     }
 }
 
-/// Row-major vectors (and row ids) of the non-deleted rows of `fragments`.
-fn gather(fragments: &[FragmentView], column: &str) -> Result<(Vec<u64>, Vec<f32>)> {
-    let mut ids = Vec::new();
-    let mut rows = Vec::new();
-    for f in fragments {
-        let v = f.vectors_uncached(column)?;
-        for i in 0..f.rows() {
-            if f.deleted.as_ref().is_some_and(|d| d.contains(i as u32)) {
-                continue;
+/// Rows of `fragments` that are not deleted.
+fn visible_rows(fragments: &[FragmentView]) -> usize {
+    fragments
+        .iter()
+        .map(|f| f.rows() - f.deleted.as_ref().map_or(0, |d| d.len() as usize))
+        .sum()
+}
+
+/// Streams the non-deleted rows of `fragments`' column `column` in storage
+/// order, one record batch at a time: `f(row_ids, row-major rows)`. Memory
+/// is one batch, whatever the data's size.
+fn for_each_visible(
+    fragments: &[FragmentView],
+    column: &str,
+    dim: usize,
+    mut f: impl FnMut(&[u64], &[f32]) -> Result<()>,
+) -> Result<()> {
+    let (mut ids, mut kept) = (Vec::new(), Vec::new());
+    for frag in fragments {
+        let base = (frag.meta.id as u64) << 32;
+        frag.for_each_vector_batch(column, |first, rows| {
+            let n = rows.len() / dim;
+            ids.clear();
+            match &frag.deleted {
+                None => {
+                    ids.extend((first..first + n).map(|i| base | i as u64));
+                    f(&ids, rows)
+                }
+                Some(deleted) => {
+                    kept.clear();
+                    for i in 0..n {
+                        if !deleted.contains((first + i) as u32) {
+                            ids.push(base | (first + i) as u64);
+                            kept.extend_from_slice(&rows[i * dim..(i + 1) * dim]);
+                        }
+                    }
+                    f(&ids, &kept)
+                }
             }
-            ids.push((f.meta.id as u64) << 32 | i as u64);
-            rows.extend(v.vector(i));
-        }
+        })?;
     }
-    Ok((ids, rows))
+    Ok(())
+}
+
+/// The training sample: at most `partitions × sample_per_partition` of the
+/// `n` visible rows, chosen by a seeded shuffle, in storage order.
+fn sample_rows(
+    fragments: &[FragmentView],
+    column: &str,
+    dim: usize,
+    n: usize,
+    params: &IndexParams,
+) -> Result<Vec<f32>> {
+    let n32 = u32::try_from(n).map_err(|_| {
+        Error::InvalidArgument(format!("{n} rows are too many for one index build"))
+    })?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(params.seed);
+    let mut order: Vec<u32> = (0..n32).collect();
+    order.shuffle(&mut rng);
+    order.truncate((params.partitions * params.sample_per_partition.max(1)).min(n));
+    order.sort_unstable();
+    let mut sample = Vec::with_capacity(order.len() * dim);
+    let (mut position, mut next) = (0usize, 0usize);
+    for_each_visible(fragments, column, dim, |ids, rows| {
+        let end = position + ids.len();
+        while let Some(&pick) = order.get(next).filter(|&&p| (p as usize) < end) {
+            let i = pick as usize - position;
+            sample.extend_from_slice(&rows[i * dim..(i + 1) * dim]);
+            next += 1;
+        }
+        position = end;
+        Ok(())
+    })?;
+    Ok(sample)
 }
 
 /// What the quantizers see of a row: normalised for cosine, raw otherwise.
@@ -104,41 +163,29 @@ fn train_model(
     params: &IndexParams,
     metric: Metric,
     dim: usize,
-    rows: &[f32],
+    sample: &[f32],
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<IvfModel> {
-    let n = rows.len() / dim;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(params.seed);
-    let mut order: Vec<usize> = (0..n).collect();
-    order.shuffle(&mut rng);
-    order.truncate((params.partitions * params.sample_per_partition.max(1)).min(n));
-    order.sort_unstable();
-    let sample: Vec<f32> = order
-        .iter()
-        .flat_map(|&i| rows[i * dim..(i + 1) * dim].iter().copied())
-        .collect();
     let kparams = KMeansParams {
         k: params.partitions,
         iterations: params.iterations,
         seed: params.seed,
         metric: coarse_metric(metric),
     };
-    let centroid_rows = kmeans::train(&sample, dim, &kparams, &mut |i, t| {
-        progress("k-means", i, t)
-    });
+    let centroid_rows = kmeans::train(sample, dim, &kparams, &mut |i, t| progress("k-means", i, t));
     let centroids = VectorBlocks::from_rows(dim, &centroid_rows);
     let (pq, sq) = match params.kind {
         IndexKind::IvfFlat => (None, None),
         IndexKind::IvfSq => (
             None,
             Some(ScalarQuantizer::train(
-                &quantizer_input(metric, dim, &sample),
+                &quantizer_input(metric, dim, sample),
                 dim,
             )),
         ),
         IndexKind::IvfPq { sub_vectors } => {
-            let assigned = kmeans::assign(&sample, dim, &centroids, coarse_metric(metric));
-            let input = quantizer_input(metric, dim, &sample);
+            let assigned = kmeans::assign(sample, dim, &centroids, coarse_metric(metric));
+            let input = quantizer_input(metric, dim, sample);
             let residuals = residuals_of(&input, dim, &assigned, &centroid_rows);
             let pq = ProductQuantizer::train(
                 &residuals,
@@ -231,74 +278,77 @@ pub fn build_segment(
     model: Option<(&IvfModel, &str)>,
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<(IndexSegmentMeta, IvfModel)> {
-    let (row_ids, rows) = gather(fragments, column)?;
+    let n = visible_rows(fragments);
     let id = format!("{}-{:016x}", params.kind.name(), rand::random::<u64>());
     let (model, trained_in) = match model {
         Some((m, from)) => (m.clone(), from.to_string()),
-        None => (
-            train_model(params, metric, dim, &rows, progress)?,
-            id.clone(),
-        ),
+        None => {
+            let sample = sample_rows(fragments, column, dim, n, params)?;
+            (
+                train_model(params, metric, dim, &sample, progress)?,
+                id.clone(),
+            )
+        }
     };
     let nlist = model.centroids.len();
-    // Assign every row.
-    let assigned = kmeans::assign(&rows, dim, &model.centroids, coarse_metric(metric));
-    let mut members: Vec<Vec<usize>> = vec![Vec::new(); nlist];
-    for (i, c) in assigned.iter().enumerate() {
-        members[*c as usize].push(i);
+    let coarse = coarse_metric(metric);
+    // Pass 1: assign every row (4 bytes a row are kept), count per partition.
+    let mut assigned: Vec<u32> = Vec::with_capacity(n);
+    for_each_visible(fragments, column, dim, |_, rows| {
+        assigned.extend(kmeans::assign(rows, dim, &model.centroids, coarse));
+        progress("assign", assigned.len(), n);
+        Ok(())
+    })?;
+    let mut counts = vec![0usize; nlist];
+    for &c in &assigned {
+        counts[c as usize] += 1;
     }
+    // Pass 2: encode each row and write it at its partition's place.
     let dir = root.join(INDICES_DIR).join(&id);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let mut file_bytes = Vec::new();
-    let mut entries = Vec::with_capacity(nlist);
-    let quant_in = if model.pq.is_some() || model.sq.is_some() {
-        quantizer_input(metric, dim, &rows)
-    } else {
-        Vec::new()
+    let kind = match (&model.pq, &model.sq) {
+        (Some(pq), _) => RecordKind::Pq { m: pq.m },
+        (None, Some(_)) => RecordKind::Sq,
+        (None, None) => RecordKind::Flat,
     };
-    for (p, rows_in) in members.iter().enumerate() {
-        let ids: Vec<u64> = rows_in.iter().map(|&i| row_ids[i]).collect();
-        let record = match (&model.pq, &model.sq) {
-            (Some(pq), _) => {
-                let mut codes = vec![0u8; rows_in.len() * pq.m];
-                let c = &model.centroid_rows[p * dim..(p + 1) * dim];
-                let mut residual = vec![0.0f32; dim];
-                for (k, &i) in rows_in.iter().enumerate() {
-                    for j in 0..dim {
-                        residual[j] = quant_in[i * dim + j] - c[j];
-                    }
-                    pq.encode(&residual, &mut codes[k * pq.m..(k + 1) * pq.m]);
-                }
-                encode_partition(p as u32, dim, &ids, EncodedRows::Pq(&codes, pq.m))
-            }
-            (None, Some(sq)) => {
-                let mut codes = vec![0u8; rows_in.len() * dim];
-                for (k, &i) in rows_in.iter().enumerate() {
-                    sq.encode(
-                        &quant_in[i * dim..(i + 1) * dim],
-                        &mut codes[k * dim..(k + 1) * dim],
-                    );
-                }
-                encode_partition(p as u32, dim, &ids, EncodedRows::Sq(&codes))
-            }
-            (None, None) => {
-                let flat: Vec<f32> = rows_in
-                    .iter()
-                    .flat_map(|&i| rows[i * dim..(i + 1) * dim].iter().copied())
-                    .collect();
-                let blocks = VectorBlocks::from_rows(dim, &flat);
-                encode_partition(p as u32, dim, &ids, EncodedRows::Flat(&blocks))
-            }
+    let mut writer = PartitionWriter::create(&dir.join("partitions.bin"), kind, dim, &counts)?;
+    let mut next = 0usize;
+    let mut residual = vec![0.0f32; dim];
+    let mut code = vec![0u8; model.pq.as_ref().map_or(dim, |pq| pq.m)];
+    for_each_visible(fragments, column, dim, |ids, rows| {
+        let quant_in = if kind == RecordKind::Flat {
+            Vec::new()
+        } else {
+            quantizer_input(metric, dim, rows)
         };
-        entries.push(PartitionEntry {
-            offset: file_bytes.len() as u64,
-            len: record.len() as u64,
-            rows: ids.len() as u32,
-        });
-        file_bytes.extend_from_slice(&record);
-        progress("partitions", p + 1, nlist);
-    }
-    write_synced(&dir.join("partitions.bin"), &file_bytes)?;
+        for (k, &row_id) in ids.iter().enumerate() {
+            let p = assigned[next] as usize;
+            next += 1;
+            let row = k * dim..(k + 1) * dim;
+            match (&model.pq, &model.sq) {
+                (Some(pq), _) => {
+                    let c = &model.centroid_rows[p * dim..(p + 1) * dim];
+                    for ((r, x), y) in residual.iter_mut().zip(&quant_in[row]).zip(c) {
+                        *r = x - y;
+                    }
+                    pq.encode(&residual, &mut code);
+                    writer.push_code(p, row_id, &code)?;
+                }
+                (None, Some(sq)) => {
+                    sq.encode(&quant_in[row], &mut code);
+                    writer.push_code(p, row_id, &code)?;
+                }
+                (None, None) => writer.push_flat(p, row_id, &rows[row])?,
+            }
+        }
+        progress("partitions", next, n);
+        Ok(())
+    })?;
+    let entries: Vec<PartitionEntry> = writer
+        .finish()?
+        .into_iter()
+        .map(|(offset, len, rows)| PartitionEntry { offset, len, rows })
+        .collect();
     let mbytes = model_bytes(&model);
     write_synced(&dir.join("model.bin"), &mbytes)?;
     let directory = SegmentDirectory {
@@ -317,7 +367,7 @@ pub fn build_segment(
         metric,
         params: params.clone(),
         fragments: fragments.iter().map(|f| f.meta.id).collect(),
-        rows: row_ids.len() as u64,
+        rows: n as u64,
         trained_in,
     };
     Ok((meta, model))

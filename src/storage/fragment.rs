@@ -256,6 +256,69 @@ impl FragmentView {
         }
     }
 
+    /// Streams the vector column `name` record batch by record batch, as
+    /// row-major floats: `f(first_offset, rows)`. Holds one batch at a time
+    /// and never touches the cache (index builds read every row this way).
+    pub fn for_each_vector_batch(
+        &self,
+        name: &str,
+        mut f: impl FnMut(usize, &[f32]) -> Result<()>,
+    ) -> Result<()> {
+        let path = &*self.path;
+        let (index, dim) = self
+            .schema
+            .columns
+            .iter()
+            .enumerate()
+            .find_map(|(i, c)| match c.ty {
+                ColumnType::Vector { dim, .. } if c.name == name => Some((i, dim)),
+                _ => None,
+            })
+            .ok_or_else(|| Error::Internal(format!("'{name}' is not a vector column")))?;
+        let file = File::open(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::corrupt(path, "fragment file is missing"),
+            _ => Error::io(path, e),
+        })?;
+        let reader = FileReader::try_new(std::io::BufReader::new(file), Some(vec![index]))
+            .map_err(|e| Error::corrupt(path, e.to_string()))?;
+        let mut offset = 0usize;
+        for batch in reader {
+            let batch = batch.map_err(|e| Error::corrupt(path, e.to_string()))?;
+            let list = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<FixedSizeListArray>()
+                .ok_or_else(|| {
+                    Error::corrupt(path, format!("vector column '{name}' unreadable"))
+                })?;
+            if list.value_length() as usize != dim {
+                return Err(Error::corrupt(
+                    path,
+                    "vector dimension differs from the schema",
+                ));
+            }
+            let values = list
+                .values()
+                .as_any()
+                .downcast_ref::<Float32Array>()
+                .ok_or_else(|| Error::corrupt(path, "vector values are not float32"))?;
+            let start = list.offset() * dim;
+            let raw = values
+                .values()
+                .get(start..start + list.len() * dim)
+                .ok_or_else(|| Error::corrupt(path, "vector column shorter than its rows"))?;
+            f(offset, raw)?;
+            offset += list.len();
+        }
+        if offset as u64 != self.meta.rows {
+            return Err(Error::corrupt(
+                path,
+                format!("holds {offset} rows, the manifest says {}", self.meta.rows),
+            ));
+        }
+        Ok(())
+    }
+
     /// The `id` column followed by the scalar columns `names`, as one batch.
     pub fn scalars(&self, names: &[&str]) -> Result<RecordBatch> {
         let mut wanted: Vec<&str> = vec![ID_COLUMN];
