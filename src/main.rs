@@ -3,6 +3,12 @@
 use clap::{Parser, Subcommand, ValueEnum};
 mod cli;
 
+/// mimalloc instead of the system allocator: glibc keeps freed partition
+/// buffers in its per-thread arenas, so a search over a small cache held
+/// several times the cache bound in memory; mimalloc returns freed pages.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use cli::bench::{
     run_batch, run_exact, run_ivf, write_json, BatchBenchOptions, ExactBenchOptions,
     IvfBenchOptions,

@@ -121,6 +121,11 @@ impl PartitionCache {
             .map_err(|e: Arc<Error>| (*e).clone())?;
         if loaded.is_some() {
             self.misses.fetch_add(1, Ordering::Relaxed);
+            // moka evicts lazily (its housekeeping runs every so many
+            // writes); without this, a burst of large misses can hold well
+            // over the bound until then. A miss read a whole partition from
+            // disk, so this costs little in comparison.
+            self.cache.run_pending_tasks();
         } else {
             self.hits.fetch_add(1, Ordering::Relaxed);
         }

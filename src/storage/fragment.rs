@@ -376,6 +376,9 @@ impl FragmentView {
                 .fetch_add(missing.len() as u64, Ordering::Relaxed);
             for (name, data) in missing.iter().zip(loaded) {
                 self.columns.cache.insert(key(name), data.clone());
+                // Evict now, not at moka's next housekeeping (see the
+                // partition cache).
+                self.columns.cache.run_pending_tasks();
                 for (slot, n) in out.iter_mut().zip(names) {
                     if n == name && slot.is_none() {
                         *slot = Some(data.clone());
@@ -455,7 +458,12 @@ pub fn read_columns(
                         })?;
                     blocks.extend_from_rows(raw);
                 }
-                _ => scalar_parts[j].push(col.clone()),
+                // Copied now: a slice would pin this batch's whole buffer
+                // (every column of it) until the end of the read.
+                _ => scalar_parts[j].push(owned_concat(
+                    std::slice::from_ref(col),
+                    expected.field(i).data_type(),
+                )?),
             }
         }
     }
