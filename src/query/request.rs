@@ -227,6 +227,106 @@ impl BatchQuery {
     }
 }
 
+/// Builder methods that [`Query`] and [`BatchQuery`] share (the fields a
+/// batch has in common: everything but the vectors, k and offset).
+macro_rules! search_builders {
+    ($t:ty) => {
+        impl $t {
+            /// Only rows matching this SQL filter (a prefilter by default).
+            pub fn filter(mut self, sql: impl Into<String>) -> Self {
+                self.filter = Some(sql.into());
+                self
+            }
+
+            /// Applies the filter after the search (may return fewer than k rows).
+            pub fn postfilter(mut self) -> Self {
+                self.filter_mode = FilterMode::Postfilter;
+                self
+            }
+
+            /// Scalar (or vector) columns to return with each row.
+            pub fn select<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
+                self.projection = columns.into_iter().map(Into::into).collect();
+                self
+            }
+
+            /// The vector column to search (needed when there are several).
+            pub fn column(mut self, name: impl Into<String>) -> Self {
+                self.column = Some(name.into());
+                self
+            }
+
+            /// Probes this many partitions per index segment.
+            pub fn nprobes(mut self, n: usize) -> Self {
+                self.options.nprobes = Nprobes::Fixed(n);
+                self
+            }
+
+            /// Probes at least `min` and at most `max` partitions, stopping once
+            /// enough matching rows were seen (see [`Nprobes::Adaptive`]).
+            pub fn adaptive_nprobes(mut self, min: usize, max: usize) -> Self {
+                self.options.nprobes = Nprobes::Adaptive { min, max };
+                self
+            }
+
+            /// Reranks `(k + offset) × factor` index candidates with exact vectors.
+            pub fn refine_factor(mut self, factor: usize) -> Self {
+                self.options.refine_factor = Some(factor);
+                self
+            }
+
+            /// Skips the exact scan of fragments no index covers yet.
+            pub fn fast_search(mut self) -> Self {
+                self.options.fast_search = true;
+                self
+            }
+
+            /// Searches this version instead of the latest.
+            pub fn version(mut self, version: u64) -> Self {
+                self.version = Some(version);
+                self
+            }
+
+            /// Uses this metric instead of the column's.
+            pub fn metric(mut self, metric: Metric) -> Self {
+                self.metric = Some(metric);
+                self
+            }
+
+            /// Forces an execution mode (exact, per-query, shared).
+            pub fn mode(mut self, mode: SearchMode) -> Self {
+                self.mode = mode;
+                self
+            }
+        }
+    };
+}
+
+search_builders!(Query);
+search_builders!(BatchQuery);
+
+impl Query {
+    /// Skips the `offset` best rows before the k returned.
+    pub fn offset(mut self, offset: usize) -> Self {
+        self.offset = offset;
+        self
+    }
+}
+
+impl BatchQuery {
+    /// One k per query, in query order.
+    pub fn ks(mut self, ks: Vec<usize>) -> Self {
+        self.k = PerQuery::Each(ks);
+        self
+    }
+
+    /// One offset per query, in query order.
+    pub fn offsets(mut self, offsets: Vec<usize>) -> Self {
+        self.offset = PerQuery::Each(offsets);
+        self
+    }
+}
+
 /// A batch that passed every check, with queries prepared for the kernel.
 #[derive(Clone, Debug)]
 pub struct ValidatedBatch {

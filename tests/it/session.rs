@@ -164,3 +164,52 @@ fn a_search_cancelled_mid_scan_stops_and_releases_everything() {
     let one = ds.search(&Query::new(rows[5].vector.clone(), 3)).unwrap();
     assert_eq!(one.hits[0].len(), 3);
 }
+
+#[test]
+fn builder_methods_set_the_same_fields_as_the_struct() {
+    let q = Query::new(vec![1.0; 16], 5)
+        .filter("len < 12")
+        .postfilter()
+        .select(["category"])
+        .column("emb")
+        .nprobes(3)
+        .fast_search()
+        .version(2)
+        .metric(Metric::L2)
+        .offset(1);
+    let mut by_hand = Query::new(vec![1.0; 16], 5);
+    by_hand.filter = Some("len < 12".into());
+    by_hand.filter_mode = shoal::FilterMode::Postfilter;
+    by_hand.projection = vec!["category".into()];
+    by_hand.column = Some("emb".into());
+    by_hand.options.nprobes = Nprobes::Fixed(3);
+    by_hand.options.fast_search = true;
+    by_hand.version = Some(2);
+    by_hand.metric = Some(Metric::L2);
+    by_hand.offset = 1;
+    assert_eq!(q, by_hand);
+    let b = BatchQuery::new(vec![vec![0.0; 16]; 2], 4)
+        .ks(vec![1, 2])
+        .offsets(vec![0, 3])
+        .adaptive_nprobes(2, 8)
+        .refine_factor(2)
+        .mode(SearchMode::PerQuery);
+    assert_eq!(b.k, shoal::PerQuery::Each(vec![1, 2]));
+    assert_eq!(b.offset, shoal::PerQuery::Each(vec![0, 3]));
+    assert_eq!(b.options.nprobes, Nprobes::Adaptive { min: 2, max: 8 });
+    assert_eq!(b.options.refine_factor, Some(2));
+    assert_eq!(b.mode, SearchMode::PerQuery);
+    // The built query searches like the hand-made one.
+    let session = Session::new(Config::default());
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, rows) = indexed_session_dataset(&session, dir.path(), 600, 5);
+    let built = Query::new(rows[3].vector.clone(), 4)
+        .filter("len < 20")
+        .select(["len"])
+        .nprobes(5);
+    let mut hand = Query::new(rows[3].vector.clone(), 4);
+    hand.filter = Some("len < 20".into());
+    hand.projection = vec!["len".into()];
+    hand.options.nprobes = Nprobes::Fixed(5);
+    assert_eq!(ds.search(&built).unwrap(), ds.search(&hand).unwrap());
+}
