@@ -1,9 +1,14 @@
 //! shoal: an embedded vector-search engine that answers many concurrent
 //! single-vector searches with shared scans.
 //!
-//! This layer is the foundation: versioned on-disk datasets
-//! ([`Dataset`]), ingest, SQL filters, and exact search shared over a batch
-//! with a register-tiled, batch-invariant SIMD kernel.
+//! What is here: versioned on-disk datasets ([`Dataset`]) with ingest, SQL
+//! filters and deletions; exact search and IVF_FLAT / IVF_PQ / IVF_SQ
+//! indexes searched by a shared scan over the batch with a register-tiled,
+//! batch-invariant SIMD kernel; and one [`Session`] per process holding the
+//! memory-bounded partition and column caches, the scan pool and the
+//! config. A running search can be stopped with a [`CancelToken`]. The
+//! coalescing engine and HTTP service come next. `ARCHITECTURE.md` has the
+//! layers, the data flow and the on-disk format.
 //!
 //! ```no_run
 //! use shoal::{BatchQuery, Dataset, Query};

@@ -457,8 +457,6 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
         write_fvecs(&out.join("query.fvecs"), &queries)?;
         write_ivecs(&out.join("groundtruth.ivecs"), &truth)?;
     }
-    // Load the fragments first, so that build times are index work only.
-    ds.fragments()?;
     let mut rows_measured = Vec::new();
     for kind in &opts.kinds {
         let params = shoal::index::IndexParams::new(*kind, opts.partitions);

@@ -363,12 +363,12 @@ impl FragmentView {
             .iter()
             .map(|n| self.columns.cache.get(&key(n)))
             .collect();
-        let missing: Vec<&str> = names
-            .iter()
-            .zip(&out)
-            .filter(|(_, d)| d.is_none())
-            .map(|(n, _)| *n)
-            .collect();
+        let mut missing: Vec<&str> = Vec::new();
+        for (n, d) in names.iter().zip(&out) {
+            if d.is_none() && !missing.contains(n) {
+                missing.push(n);
+            }
+        }
         if !missing.is_empty() {
             let loaded = read_columns(&self.path, &self.meta, &self.schema, &missing)?;
             self.columns
