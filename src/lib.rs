@@ -32,6 +32,7 @@ pub use config::Config;
 pub use db::{Dataset, Session};
 pub use error::{Error, ErrorKind, Result};
 pub use exec::CancelToken;
+pub use index::{IndexKind, IndexParams, IndexSegmentMeta};
 pub use kernel::Metric;
 pub use query::{
     BatchQuery, FilterMode, Hit, PerQuery, Query, ScalarValue, SearchMode, SearchResults,

@@ -437,7 +437,8 @@ fn run(cli: Cli) -> Result<()> {
             params.seed = seed;
             let mut ds = Dataset::open_with_config(&dataset, config)?;
             let start = std::time::Instant::now();
-            let meta = ds.create_index(column.as_deref(), params, &mut progress_printer())?;
+            let meta =
+                ds.create_index_with_progress(column.as_deref(), params, &mut progress_printer())?;
             eprintln!();
             println!(
                 "built {} on '{}': {} partitions over {} rows in {:.1} s (version {})",

@@ -31,7 +31,7 @@ fn os_threads_do_not_grow_over_a_thousand_searches_of_every_mode() {
         .unwrap();
     ds.append([demo_batch("vector", dim, &vectors[..2000 * dim], 0)])
         .unwrap();
-    ds.create_index(
+    ds.create_index_with_progress(
         None,
         IndexParams::new(IndexKind::IvfPq { sub_vectors: 4 }, 16),
         &mut |_, _, _| {},

@@ -462,7 +462,7 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
         let params = shoal::index::IndexParams::new(*kind, opts.partitions);
         eprintln!("building {} ...", kind.name());
         let t = Instant::now();
-        ds.create_index(None, params, &mut |_, _, _| {})?;
+        ds.create_index_with_progress(None, params, &mut |_, _, _| {})?;
         let build_s = t.elapsed().as_secs_f64();
         for &np in &opts.nprobes {
             let mut found = Vec::with_capacity(queries.len());

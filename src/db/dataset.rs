@@ -467,8 +467,19 @@ impl Dataset {
 
     /// Trains and builds an index over every fragment of `column` (the only
     /// vector column when `None`), replacing the column's existing segments,
-    /// as a new version. `progress` gets (stage, done, total).
+    /// as a new version.
     pub fn create_index(
+        &mut self,
+        column: Option<&str>,
+        params: IndexParams,
+    ) -> Result<IndexSegmentMeta> {
+        self.create_index_with_progress(column, params, &mut |_, _, _| {})
+    }
+
+    /// [`Dataset::create_index`], reporting (stage, done, total) to
+    /// `progress` while it runs (k-means iterations, rows assigned, rows
+    /// written).
+    pub fn create_index_with_progress(
         &mut self,
         column: Option<&str>,
         params: IndexParams,
@@ -563,6 +574,6 @@ impl Dataset {
                 Error::InvalidArgument(format!("column '{column}' has no index to rebuild"))
             })?;
         let column = column.to_string();
-        self.create_index(Some(&column), params, progress)
+        self.create_index_with_progress(Some(&column), params, progress)
     }
 }

@@ -42,7 +42,7 @@ fn ivf_flat_probing_every_partition_equals_exact_search() {
         let dir = tempfile::tempdir().unwrap();
         let (mut ds, rows) = build(dir.path(), &[400, 250, 90], 12, metric, 11);
         ds.delete("len = 4").unwrap();
-        ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 16), &mut quiet())
+        ds.create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 16), &mut quiet())
             .unwrap();
         let qs = queries(&rows, 30);
         for filter in [None, Some("category = 'noun' OR len > 20")] {
@@ -113,7 +113,7 @@ fn recall_floors_per_index_type_metric_and_nprobes() {
         let (mut ds, qs) = clustered_dataset(dir.path(), metric);
         for (kind, nprobes, floors) in cases {
             let floor = floors[mi];
-            ds.create_index(None, IndexParams::new(kind, 32), &mut quiet())
+            ds.create_index_with_progress(None, IndexParams::new(kind, 32), &mut quiet())
                 .unwrap();
             let r = recall(&ds, &qs, nprobes, None);
             assert!(
@@ -136,7 +136,7 @@ fn recall_floors_per_index_type_metric_and_nprobes() {
 fn refine_reranks_with_exact_distances() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, qs) = clustered_dataset(dir.path(), Metric::L2);
-    ds.create_index(
+    ds.create_index_with_progress(
         None,
         IndexParams::new(IndexKind::IvfPq { sub_vectors: 4 }, 16),
         &mut quiet(),
@@ -189,7 +189,7 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let (mut ds, rows) = build(dir.path(), &[600], 16, Metric::L2, 3);
-        ds.create_index(None, IndexParams::new(kind, 8), &mut quiet())
+        ds.create_index_with_progress(None, IndexParams::new(kind, 8), &mut quiet())
             .unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(4);
         let more = make_rows(&mut rng, 600, 300, 16);
@@ -270,7 +270,7 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
 fn adaptive_probing_is_bounded_and_fills_k_under_selective_filters() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, qs) = clustered_dataset(dir.path(), Metric::L2);
-    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 32), &mut quiet())
+    ds.create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 32), &mut quiet())
         .unwrap();
     // About 1 row in 40 matches.
     let filter = "len = 7 AND category = 'verb'";
@@ -302,24 +302,26 @@ fn bad_index_parameters_and_options_are_refused() {
     let (mut ds, rows) = build(dir.path(), &[100], 12, Metric::L2, 1);
     let v = ds.version();
     let err = |r: Result<shoal::index::IndexSegmentMeta, Error>| r.unwrap_err().to_string();
-    assert!(
-        err(ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 0), &mut quiet()))
-            .contains("at least 1")
-    );
-    assert!(err(ds.create_index(
+    assert!(err(ds.create_index_with_progress(
+        None,
+        IndexParams::new(IndexKind::IvfFlat, 0),
+        &mut quiet()
+    ))
+    .contains("at least 1"));
+    assert!(err(ds.create_index_with_progress(
         None,
         IndexParams::new(IndexKind::IvfFlat, 101),
         &mut quiet()
     ))
     .contains("101 partitions for 100 rows"));
-    assert!(err(ds.create_index(
+    assert!(err(ds.create_index_with_progress(
         None,
         IndexParams::new(IndexKind::IvfPq { sub_vectors: 5 }, 4),
         &mut quiet()
     ))
     .contains("divide"));
     assert!(matches!(
-        ds.create_index(
+        ds.create_index_with_progress(
             Some("len"),
             IndexParams::new(IndexKind::IvfFlat, 4),
             &mut quiet()
@@ -327,7 +329,7 @@ fn bad_index_parameters_and_options_are_refused() {
         Err(Error::WrongColumnType { .. })
     ));
     assert_eq!(ds.version(), v, "failed builds commit nothing");
-    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
+    ds.create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
         .unwrap();
     let q = rows[0].vector.clone();
     let bad = |f: &dyn Fn(&mut Query)| {
@@ -352,7 +354,7 @@ fn a_corrupt_or_missing_partition_file_is_reported_never_scored() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, rows) = build(dir.path(), &[300], 8, Metric::L2, 1);
     let meta = ds
-        .create_index(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
+        .create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
         .unwrap();
     let path = dir
         .path()
@@ -382,7 +384,7 @@ fn a_corrupt_or_missing_partition_file_is_reported_never_scored() {
 fn a_cache_smaller_than_one_partition_still_answers_correctly() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, rows) = build(dir.path(), &[500], 8, Metric::L2, 2);
-    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
+    ds.create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
         .unwrap();
     let tiny = Dataset::open_with_config(
         dir.path(),
@@ -471,7 +473,7 @@ fn optimize_with_two_indexed_columns_builds_one_delta_per_column() {
     let mut ds = Dataset::create(dir.path(), schema, Config::default()).unwrap();
     ds.append([Ok(batch(0, 300))]).unwrap();
     for column in ["a", "b"] {
-        ds.create_index(
+        ds.create_index_with_progress(
             Some(column),
             IndexParams::new(IndexKind::IvfFlat, 4),
             &mut quiet(),

@@ -30,7 +30,7 @@ fn indexed_session_dataset(
     for chunk in all.chunks(rows / 2) {
         ds.append([Ok(batch_of(chunk, 16))]).unwrap();
     }
-    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 16), &mut quiet())
+    ds.create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 16), &mut quiet())
         .unwrap();
     (ds, all)
 }

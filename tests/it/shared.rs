@@ -36,7 +36,7 @@ fn fixture(kind: usize, metric: usize) -> &'static Fixture {
             METRICS[metric],
             40 + kind as u64,
         );
-        ds.create_index(None, IndexParams::new(KINDS[kind], 8), &mut |_, _, _| {})
+        ds.create_index_with_progress(None, IndexParams::new(KINDS[kind], 8), &mut |_, _, _| {})
             .unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let delta = make_rows(&mut rng, rows.len() as i64, 120, dim);
@@ -195,7 +195,7 @@ fn fallbacks_take_the_documented_mode_and_still_match_the_single_query_path() {
 fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, rows) = build(dir.path(), &[800], 8, Metric::L2, 5);
-    ds.create_index(
+    ds.create_index_with_progress(
         None,
         IndexParams::new(IndexKind::IvfFlat, 16),
         &mut |_, _, _| {},
@@ -239,7 +239,7 @@ fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
 fn concurrent_loads_of_one_partition_load_it_once() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, rows) = build(dir.path(), &[600], 8, Metric::L2, 6);
-    ds.create_index(
+    ds.create_index_with_progress(
         None,
         IndexParams::new(IndexKind::IvfFlat, 4),
         &mut |_, _, _| {},
