@@ -35,6 +35,7 @@ pub use exec::CancelToken;
 pub use index::{IndexKind, IndexParams, IndexSegmentMeta};
 pub use kernel::Metric;
 pub use query::{
-    BatchQuery, FilterMode, Hit, PerQuery, Query, ScalarValue, SearchMode, SearchResults,
+    BatchQuery, FilterMode, Hit, PerQuery, Query, ScalarValue, SearchMode, SearchParams,
+    SearchResults,
 };
 pub use storage::{ColumnType, Schema};

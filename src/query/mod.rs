@@ -8,7 +8,8 @@ pub mod topk;
 
 pub use filter::Filter;
 pub use request::{
-    BatchQuery, FilterMode, Nprobes, PerQuery, Query, SearchMode, SearchOptions, ValidatedBatch,
+    BatchQuery, FilterMode, Nprobes, PerQuery, Query, SearchMode, SearchOptions, SearchParams,
+    ValidatedBatch,
 };
 pub use results::{Hit, ScalarValue, SearchResults};
 pub use topk::{Candidate, TopK};

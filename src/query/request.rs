@@ -104,17 +104,16 @@ impl SearchOptions {
     }
 }
 
-/// One vector's nearest-neighbour search.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Query {
+/// What every query of a batch shares: column, filter, projection,
+/// version, metric, mode and index options — everything but the vectors, k
+/// and offset. Two requests with equal `SearchParams` (on the same dataset)
+/// can be answered by one batch; it is the coalescer's grouping key.
+/// [`Query`] and [`BatchQuery`] dereference to it, so `q.filter` or
+/// `b.options.nprobes` read and write these fields directly.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SearchParams {
     /// Vector column to search; may be left out when there is only one.
     pub column: Option<String>,
-    /// The query vector.
-    pub vector: Vec<f32>,
-    /// Rows wanted.
-    pub k: usize,
-    /// Best rows to skip before the k returned.
-    pub offset: usize,
     /// SQL filter over scalar columns.
     pub filter: Option<String>,
     /// Pre- or post-filtering.
@@ -131,14 +130,10 @@ pub struct Query {
     pub options: SearchOptions,
 }
 
-impl Query {
-    /// A query for the `k` nearest rows to `vector`, with defaults elsewhere.
-    pub fn new(vector: Vec<f32>, k: usize) -> Self {
-        Query {
+impl Default for SearchParams {
+    fn default() -> Self {
+        SearchParams {
             column: None,
-            vector,
-            k,
-            offset: 0,
             filter: None,
             filter_mode: FilterMode::Prefilter,
             projection: Vec::new(),
@@ -148,22 +143,54 @@ impl Query {
             options: SearchOptions::default(),
         }
     }
+}
+
+/// One vector's nearest-neighbour search.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Query {
+    /// The query vector.
+    pub vector: Vec<f32>,
+    /// Rows wanted.
+    pub k: usize,
+    /// Best rows to skip before the k returned.
+    pub offset: usize,
+    /// Everything a batch shares.
+    #[serde(flatten)]
+    pub params: SearchParams,
+}
+
+impl Query {
+    /// A query for the `k` nearest rows to `vector`, with defaults elsewhere.
+    pub fn new(vector: Vec<f32>, k: usize) -> Self {
+        Query {
+            vector,
+            k,
+            offset: 0,
+            params: SearchParams::default(),
+        }
+    }
 
     /// The equivalent batch of one.
     pub fn into_batch(self) -> BatchQuery {
         BatchQuery {
-            column: self.column,
             vectors: vec![self.vector],
             k: PerQuery::All(self.k),
             offset: PerQuery::All(self.offset),
-            filter: self.filter,
-            filter_mode: self.filter_mode,
-            projection: self.projection,
-            version: self.version,
-            metric: self.metric,
-            mode: self.mode,
-            options: self.options,
+            params: self.params,
         }
+    }
+}
+
+impl std::ops::Deref for Query {
+    type Target = SearchParams;
+    fn deref(&self) -> &SearchParams {
+        &self.params
+    }
+}
+
+impl std::ops::DerefMut for Query {
+    fn deref_mut(&mut self) -> &mut SearchParams {
+        &mut self.params
     }
 }
 
@@ -191,39 +218,42 @@ impl PerQuery {
 }
 
 /// Many independent query vectors sharing one column, metric, filter,
-/// projection and version; each has its own k and offset.
+/// projection and version ([`SearchParams`]); each has its own k and offset.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BatchQuery {
-    /// Vector column to search; may be left out when there is only one.
-    pub column: Option<String>,
     /// The query vectors (an n × dim matrix, one row per query).
     pub vectors: Vec<Vec<f32>>,
     /// Rows wanted, for all or per query.
     pub k: PerQuery,
     /// Rows skipped, for all or per query.
     pub offset: PerQuery,
-    /// SQL filter over scalar columns.
-    pub filter: Option<String>,
-    /// Pre- or post-filtering.
-    pub filter_mode: FilterMode,
-    /// Scalar columns to return with each row.
-    pub projection: Vec<String>,
-    /// Version to search; latest when `None`.
-    pub version: Option<u64>,
-    /// Metric; the column's default when `None`.
-    pub metric: Option<Metric>,
-    /// Execution mode.
-    pub mode: SearchMode,
-    /// Index-search options.
-    pub options: SearchOptions,
+    /// Everything the batch's queries share.
+    #[serde(flatten)]
+    pub params: SearchParams,
 }
 
 impl BatchQuery {
     /// A batch asking for the `k` nearest rows to each vector.
     pub fn new(vectors: Vec<Vec<f32>>, k: usize) -> Self {
-        let mut b = Query::new(Vec::new(), k).into_batch();
-        b.vectors = vectors;
-        b
+        BatchQuery {
+            vectors,
+            k: PerQuery::All(k),
+            offset: PerQuery::All(0),
+            params: SearchParams::default(),
+        }
+    }
+}
+
+impl std::ops::Deref for BatchQuery {
+    type Target = SearchParams;
+    fn deref(&self) -> &SearchParams {
+        &self.params
+    }
+}
+
+impl std::ops::DerefMut for BatchQuery {
+    fn deref_mut(&mut self) -> &mut SearchParams {
+        &mut self.params
     }
 }
 

@@ -188,6 +188,17 @@ fn builder_methods_set_the_same_fields_as_the_struct() {
     by_hand.metric = Some(Metric::L2);
     by_hand.offset = 1;
     assert_eq!(q, by_hand);
+    // The shared fields are one hashable key (what a coalescer groups by);
+    // k, offset and the vector are not part of it.
+    let keys: std::collections::HashSet<shoal::SearchParams> = [
+        q.params.clone(),
+        Query::new(vec![2.0; 16], 9).filter("len < 12").params,
+        q.clone().into_batch().params,
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(keys.len(), 2);
+    assert!(keys.contains(&by_hand.params));
     let b = BatchQuery::new(vec![vec![0.0; 16]; 2], 4)
         .ks(vec![1, 2])
         .offsets(vec![0, 3])
