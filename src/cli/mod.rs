@@ -1,6 +1,9 @@
-//! The command line's building blocks that are not library API: the
-//! benchmarks and the demo walk-through.
+//! The command line's building blocks (not library API): arguments,
+//! commands, printing, the benchmarks and the demo walk-through.
 
+pub mod args;
 pub mod bench;
+pub mod commands;
 pub mod demo;
 mod fma_peak;
+pub mod print;

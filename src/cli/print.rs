@@ -1,0 +1,127 @@
+//! What the command line prints: progress lines, `shoal info`, and search
+//! results as JSON Lines or `.ivecs`.
+
+use shoal::storage::ingest::write_ivecs;
+use shoal::{Config, Dataset, Error, Result};
+use std::io::Write;
+use std::path::Path;
+
+/// Prints `stage done/total` on one stderr line while long work runs.
+pub fn progress_printer() -> impl FnMut(&str, usize, usize) {
+    let mut last = std::time::Instant::now() - std::time::Duration::from_secs(1);
+    move |stage: &str, done: usize, total: usize| {
+        if last.elapsed().as_millis() >= 200 || done == total {
+            eprint!("\r{stage}: {done}/{total}        ");
+            let _ = std::io::stderr().flush();
+            last = std::time::Instant::now();
+        }
+    }
+}
+
+/// `shoal info`: versions, schema, fragments and index segments.
+pub fn info(path: &Path, version: Option<u64>, config: &Config) -> Result<()> {
+    let mut ds = Dataset::open_with_config(path, config.clone())?;
+    if let Some(v) = version {
+        ds = ds.checkout(v)?;
+    }
+    println!(
+        "dataset {}  version {}  rows {}",
+        path.display(),
+        ds.version(),
+        ds.count_rows()
+    );
+    println!("schema:");
+    for c in &ds.schema().columns {
+        match &c.ty {
+            shoal::ColumnType::Vector { dim, metric } => {
+                println!("  {:<16} vector[{dim}] (metric {metric})", c.name)
+            }
+            other => println!("  {:<16} {}", c.name, other.describe()),
+        }
+    }
+    println!("fragments:");
+    for f in &ds.manifest().fragments {
+        println!(
+            "  {:>4}  {:>10} rows  {:>8} deleted  {}",
+            f.id, f.rows, f.deleted_rows, f.file
+        );
+    }
+    println!("index segments:");
+    if ds.index_segments().is_empty() {
+        println!("  none");
+    }
+    for m in ds.index_segments() {
+        println!(
+            "  {}  column '{}'  {}  metric {}  {} partitions  {} rows  fragments {:?}{}",
+            m.id,
+            m.column,
+            m.params.kind.name(),
+            m.metric,
+            m.params.partitions,
+            m.rows,
+            m.fragments,
+            if m.trained_in == m.id {
+                String::new()
+            } else {
+                format!("  (delta; model of {})", m.trained_in)
+            }
+        );
+    }
+    println!("versions:");
+    for v in ds.versions()? {
+        println!(
+            "  {:>4}  {:<8} {:>10} rows  {:>4} fragments  t={}",
+            v.version, v.operation, v.rows, v.fragments, v.timestamp_ms
+        );
+    }
+    Ok(())
+}
+
+/// Writes each query's hits as JSON Lines (stdout or a file) or `.ivecs`.
+pub fn write_results(
+    hits: &[Vec<shoal::Hit>],
+    projection: &[String],
+    output: Option<&Path>,
+) -> Result<()> {
+    match output {
+        Some(path) if path.extension().and_then(|e| e.to_str()) == Some("ivecs") => {
+            let ids = hits
+                .iter()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| {
+                            i32::try_from(h.id).map_err(|_| {
+                                Error::InvalidArgument(format!(
+                                    "id {} does not fit in .ivecs (int32); use a .jsonl output",
+                                    h.id
+                                ))
+                            })
+                        })
+                        .collect::<Result<Vec<i32>>>()
+                })
+                .collect::<Result<Vec<Vec<i32>>>>()?;
+            write_ivecs(path, &ids)
+        }
+        Some(path) => {
+            let mut text = String::new();
+            for (qi, h) in hits.iter().enumerate() {
+                let line = serde_json::json!({ "query": qi, "projection": projection, "hits": h });
+                text.push_str(&line.to_string());
+                text.push('\n');
+            }
+            std::fs::write(path, text).map_err(|e| Error::io(path, e))
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            for (qi, h) in hits.iter().enumerate() {
+                let row: Vec<String> = h
+                    .iter()
+                    .map(|h| format!("{}:{:.5}", h.id, h.distance))
+                    .collect();
+                let _ = writeln!(out, "{qi}\t{}", row.join(" "));
+            }
+            Ok(())
+        }
+    }
+}
