@@ -22,7 +22,7 @@ pub mod config;
 pub mod db;
 pub mod demo;
 pub mod error;
-pub mod exec;
+pub(crate) mod exec;
 pub mod index;
 pub mod kernel;
 pub mod query;
@@ -31,7 +31,7 @@ pub mod storage;
 pub use config::Config;
 pub use db::{Dataset, Session};
 pub use error::{Error, ErrorKind, Result};
-pub use exec::CancelToken;
+pub use exec::{CancelToken, Profile, ScanPool};
 pub use index::{IndexKind, IndexParams, IndexSegmentMeta};
 pub use kernel::Metric;
 pub use query::{
@@ -39,3 +39,14 @@ pub use query::{
     SearchResults,
 };
 pub use storage::{ColumnType, Schema};
+
+/// Internals that the integration tests drive directly (a delta segment
+/// compared with a fresh segment built from the same model). Not part of
+/// the API: anything here may change without notice.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::exec::ann::IndexView;
+    pub use crate::exec::plan::execute;
+    pub use crate::index::ivf::{build_segment, LoadedSegment};
+    pub use crate::query::request::ValidatedBatch;
+}

@@ -647,7 +647,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
         // hits them alike; QPS is the median pass.
         let mut laps: Vec<Vec<Duration>> = vec![Vec::new(); per_mode.len()];
         let mut pass_qps: Vec<Vec<f64>> = vec![Vec::new(); per_mode.len()];
-        let mut totals: Vec<shoal::exec::Profile> = vec![Default::default(); per_mode.len()];
+        let mut totals: Vec<shoal::Profile> = vec![Default::default(); per_mode.len()];
         for _ in 0..opts.passes.max(1) {
             for (mi, batches) in per_mode.iter().enumerate() {
                 let start = Instant::now();

@@ -12,7 +12,7 @@ pub fn open_or_create_demo(
     dim: usize,
     config: &Config,
 ) -> Result<Dataset> {
-    if dir.join(shoal::storage::manifest::VERSIONS_DIR).exists() {
+    if Dataset::exists(dir) {
         return Dataset::open_with_config(dir, config.clone());
     }
     let mut ds = Dataset::create(dir, demo_schema("vector", dim, Metric::L2)?, config.clone())?;

@@ -150,6 +150,11 @@ impl Dataset {
         }
     }
 
+    /// Is there a dataset (a `_versions/` directory) at `root`?
+    pub fn exists(root: impl AsRef<Path>) -> bool {
+        root.as_ref().join(VERSIONS_DIR).is_dir()
+    }
+
     /// Opens the latest version with the default configuration, in a
     /// session of its own. Use [`Session::open`] to share caches and scan
     /// threads between datasets.

@@ -84,6 +84,7 @@ impl RowMask {
     }
 
     /// Number of allowed rows.
+    #[cfg(test)]
     pub fn count(&self) -> usize {
         self.words.iter().map(|w| w.count_ones() as usize).sum()
     }

@@ -1,12 +1,12 @@
 //! Vector index structures: k-means, IVF segments, PQ and SQ quantizers,
 //! partition files and the partition cache.
 
-pub mod cache;
-pub mod ivf;
-pub mod kmeans;
-pub mod partition;
-pub mod pq;
-pub mod sq;
+pub(crate) mod cache;
+pub(crate) mod ivf;
+pub(crate) mod kmeans;
+pub(crate) mod partition;
+pub(crate) mod pq;
+pub(crate) mod sq;
 
-pub use cache::PartitionCache;
+pub use cache::{CacheCounters, PartitionCache};
 pub use ivf::{IndexKind, IndexParams, IndexSegmentMeta};

@@ -80,6 +80,7 @@ impl Partition {
 }
 
 /// What the writer stores for one partition.
+#[cfg(test)]
 pub enum EncodedRows<'a> {
     /// Flat vectors.
     Flat(&'a VectorBlocks),
@@ -89,6 +90,7 @@ pub enum EncodedRows<'a> {
     Pq(&'a [u8], usize),
 }
 
+#[cfg(test)]
 fn pad64(v: &mut Vec<u8>) {
     while !v.len().is_multiple_of(64) {
         v.push(0);
@@ -365,6 +367,8 @@ impl PartitionWriter {
 }
 
 /// Serialises one partition record; returns its bytes (a multiple of 64).
+/// The reference the streaming [`PartitionWriter`] is tested against.
+#[cfg(test)]
 pub fn encode_partition(
     partition: u32,
     dim: usize,

@@ -37,7 +37,7 @@ impl Metric {
     }
 
     /// Turns a dot product into this metric's distance. `query_norm_sq` is
-    /// ‖q‖² of the *prepared* query (see [`PreparedQueries`]), `norm_sq` is
+    /// ‖q‖² of the *prepared* query (see [`PreparedQueries`](crate::kernel::PreparedQueries)), `norm_sq` is
     /// ‖x‖². Every code path finishes distances here, so they agree bit for bit.
     #[inline(always)]
     pub fn finish(self, dot: f32, query_norm_sq: f32, norm_sq: f32) -> f32 {

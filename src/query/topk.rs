@@ -85,16 +85,6 @@ impl TopK {
         }
     }
 
-    /// Number of candidates held.
-    pub fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    /// True when nothing is held.
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
-
     /// The kept candidates, best first.
     pub fn into_sorted_vec(self) -> Vec<Candidate> {
         self.heap.into_sorted_vec()

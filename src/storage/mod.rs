@@ -1,13 +1,13 @@
 //! On-disk datasets: versioned manifests, Arrow fragments, deletion bitmaps
 //! and ingest from common vector file formats.
 
-pub mod conform;
-pub mod deletions;
-pub mod fragment;
-pub mod index_meta;
+pub(crate) mod conform;
+pub(crate) mod deletions;
+pub(crate) mod fragment;
+pub(crate) mod index_meta;
 pub mod ingest;
-pub mod manifest;
-pub mod schema;
+pub(crate) mod manifest;
+pub(crate) mod schema;
 
-pub use fragment::FragmentView;
+pub use fragment::{ColumnCache, ColumnData, FragmentView};
 pub use schema::{Column, ColumnType, Schema, ID_COLUMN};

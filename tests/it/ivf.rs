@@ -4,10 +4,9 @@
 use crate::common::*;
 use rand::SeedableRng;
 use shoal::demo::{clustered_vectors, demo_batch, demo_schema};
-use shoal::exec::ann::IndexView;
-use shoal::index::ivf::{build_segment, LoadedSegment};
 use shoal::index::{IndexKind, IndexParams};
-use shoal::query::{Nprobes, PerQuery, SearchMode, ValidatedBatch};
+use shoal::internals::{build_segment, IndexView, LoadedSegment, ValidatedBatch};
+use shoal::query::{Nprobes, PerQuery, SearchMode};
 use shoal::{BatchQuery, Config, Dataset, Error, Metric, Query};
 use std::sync::Arc;
 
@@ -247,7 +246,7 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
             cancel: &shoal::CancelToken::new(),
         };
         let validated = ValidatedBatch::new(&b, ds.schema(), &Config::default().limits).unwrap();
-        let (cands, _) = shoal::exec::plan::execute(&view, &validated).unwrap();
+        let (cands, _) = shoal::internals::execute(&view, &validated).unwrap();
         let fresh_hits: Vec<Vec<(u64, u32)>> = cands
             .iter()
             .map(|c| c.iter().map(|c| (c.row_id, c.distance.to_bits())).collect())

@@ -2,7 +2,7 @@
 //!
 //! Readers stream the input in chunks of `ingest.chunk_rows` rows (bounded
 //! memory), each chunk becoming one Arrow record batch that
-//! [`conform_batch`](crate::storage::conform::conform_batch) fits to the
+//! `storage::conform::conform_batch` fits to the
 //! schema. A new dataset's schema is inferred from the first chunk. Malformed
 //! input stops the ingest with an error naming the row or byte, and nothing
 //! is committed. The ingest itself (create or open, append, commit) is
