@@ -239,23 +239,6 @@ impl FragmentView {
         }
     }
 
-    /// The vector column `name` read from the file without going through
-    /// (or filling) the cache: for index builds, which read every vector
-    /// once and would otherwise evict what searches use.
-    pub fn vectors_uncached(&self, name: &str) -> Result<Arc<VectorBlocks>> {
-        if let Some(ColumnData::Vectors(v)) = self
-            .columns
-            .cache
-            .get(&(self.path.clone(), Arc::from(name)))
-        {
-            return Ok(v);
-        }
-        match read_columns(&self.path, &self.meta, &self.schema, &[name])?.pop() {
-            Some(ColumnData::Vectors(v)) => Ok(v),
-            _ => Err(Error::Internal(format!("'{name}' is not a vector column"))),
-        }
-    }
-
     /// Streams the vector column `name` record batch by record batch, as
     /// row-major floats: `f(first_offset, rows)`. Holds one batch at a time
     /// and never touches the cache (index builds read every row this way).
@@ -275,40 +258,13 @@ impl FragmentView {
                 _ => None,
             })
             .ok_or_else(|| Error::Internal(format!("'{name}' is not a vector column")))?;
-        let file = File::open(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::corrupt(path, "fragment file is missing"),
-            _ => Error::io(path, e),
-        })?;
-        let reader = FileReader::try_new(std::io::BufReader::new(file), Some(vec![index]))
-            .map_err(|e| Error::corrupt(path, e.to_string()))?;
+        let reader = open_projected(path, &self.schema, &[index])?;
         let mut offset = 0usize;
         for batch in reader {
             let batch = batch.map_err(|e| Error::corrupt(path, e.to_string()))?;
-            let list = batch
-                .column(0)
-                .as_any()
-                .downcast_ref::<FixedSizeListArray>()
-                .ok_or_else(|| {
-                    Error::corrupt(path, format!("vector column '{name}' unreadable"))
-                })?;
-            if list.value_length() as usize != dim {
-                return Err(Error::corrupt(
-                    path,
-                    "vector dimension differs from the schema",
-                ));
-            }
-            let values = list
-                .values()
-                .as_any()
-                .downcast_ref::<Float32Array>()
-                .ok_or_else(|| Error::corrupt(path, "vector values are not float32"))?;
-            let start = list.offset() * dim;
-            let raw = values
-                .values()
-                .get(start..start + list.len() * dim)
-                .ok_or_else(|| Error::corrupt(path, "vector column shorter than its rows"))?;
+            let raw = vector_rows(path, name, dim, batch.column(0))?;
             f(offset, raw)?;
-            offset += list.len();
+            offset += batch.num_rows();
         }
         if offset as u64 != self.meta.rows {
             return Err(Error::corrupt(
@@ -400,10 +356,6 @@ pub fn read_columns(
     schema: &Schema,
     names: &[&str],
 ) -> Result<Vec<ColumnData>> {
-    let file = File::open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::corrupt(path, "fragment file is missing"),
-        _ => Error::io(path, e),
-    })?;
     let expected = schema.arrow_schema();
     let mut projection = Vec::with_capacity(names.len());
     for name in names {
@@ -414,14 +366,7 @@ pub fn read_columns(
             .ok_or_else(|| Error::Internal(format!("no column '{name}' in the schema")))?;
         projection.push(i);
     }
-    let reader = FileReader::try_new(std::io::BufReader::new(file), Some(projection.clone()))
-        .map_err(|e| Error::corrupt(path, e.to_string()))?;
-    if reader.schema().fields() != expected.project(&projection)?.fields() {
-        return Err(Error::corrupt(
-            path,
-            "fragment schema differs from the manifest's",
-        ));
-    }
+    let reader = open_projected(path, schema, &projection)?;
     let mut vectors: Vec<Option<VectorBlocks>> = projection
         .iter()
         .map(|&i| match schema.columns[i].ty {
@@ -438,25 +383,7 @@ pub fn read_columns(
             let col = batch.column(j);
             match (&mut vectors[j], &schema.columns[i].ty) {
                 (Some(blocks), &ColumnType::Vector { dim, .. }) => {
-                    let list = col
-                        .as_any()
-                        .downcast_ref::<FixedSizeListArray>()
-                        .ok_or_else(|| {
-                            Error::corrupt(path, format!("vector column '{}' unreadable", names[j]))
-                        })?;
-                    let values = list
-                        .values()
-                        .as_any()
-                        .downcast_ref::<Float32Array>()
-                        .ok_or_else(|| Error::corrupt(path, "vector values are not float32"))?;
-                    let start = list.offset() * dim;
-                    let raw = values
-                        .values()
-                        .get(start..start + list.len() * dim)
-                        .ok_or_else(|| {
-                            Error::corrupt(path, "vector column shorter than its rows")
-                        })?;
-                    blocks.extend_from_rows(raw);
+                    blocks.extend_from_rows(vector_rows(path, names[j], dim, col)?);
                 }
                 // Copied now: a slice would pin this batch's whole buffer
                 // (every column of it) until the end of the read.
@@ -484,6 +411,53 @@ pub fn read_columns(
         });
     }
     Ok(out)
+}
+
+/// Opens a fragment file for reading only the columns `projection` (schema
+/// positions), checking that they have the manifest's types.
+fn open_projected(
+    path: &Path,
+    schema: &Schema,
+    projection: &[usize],
+) -> Result<FileReader<std::io::BufReader<File>>> {
+    let file = File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::corrupt(path, "fragment file is missing"),
+        _ => Error::io(path, e),
+    })?;
+    let reader = FileReader::try_new(std::io::BufReader::new(file), Some(projection.to_vec()))
+        .map_err(|e| Error::corrupt(path, e.to_string()))?;
+    if reader.schema().fields() != schema.arrow_schema().project(projection)?.fields() {
+        return Err(Error::corrupt(
+            path,
+            "fragment schema differs from the manifest's",
+        ));
+    }
+    Ok(reader)
+}
+
+/// The row-major floats of one batch's vector column `name` of dimension
+/// `dim` (a slice of the batch's buffer, not a copy).
+fn vector_rows<'a>(path: &Path, name: &str, dim: usize, col: &'a ArrayRef) -> Result<&'a [f32]> {
+    let list = col
+        .as_any()
+        .downcast_ref::<FixedSizeListArray>()
+        .ok_or_else(|| Error::corrupt(path, format!("vector column '{name}' unreadable")))?;
+    if list.value_length() as usize != dim {
+        return Err(Error::corrupt(
+            path,
+            "vector dimension differs from the schema",
+        ));
+    }
+    let values = list
+        .values()
+        .as_any()
+        .downcast_ref::<Float32Array>()
+        .ok_or_else(|| Error::corrupt(path, "vector values are not float32"))?;
+    let start = list.offset() * dim;
+    values
+        .values()
+        .get(start..start + list.len() * dim)
+        .ok_or_else(|| Error::corrupt(path, "vector column shorter than its rows"))
 }
 
 /// One array holding `parts` end to end in freshly allocated buffers (the
