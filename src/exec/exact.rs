@@ -176,8 +176,12 @@ pub fn scan(
     threads: usize,
     kernel: Kernel,
 ) -> Result<Vec<TopK>> {
+    // Chunks with allowed rows, and the vector column of every fragment
+    // that has one (held for the scan).
     let mut units = Vec::new();
+    let mut vectors = Vec::with_capacity(items.len());
     for (fi, (f, mask)) in items.iter().enumerate() {
+        let before = units.len();
         let blocks = f.rows().div_ceil(BLOCK);
         for start in (0..blocks).step_by(CHUNK_BLOCKS) {
             let end = (start + CHUNK_BLOCKS).min(blocks);
@@ -185,11 +189,7 @@ pub fn scan(
                 units.push((fi, start, end));
             }
         }
-    }
-    // The vector column of every fragment with work, held for the scan.
-    let mut vectors = Vec::with_capacity(items.len());
-    for (fi, (f, _)) in items.iter().enumerate() {
-        vectors.push(if units.iter().any(|u| u.0 == fi) {
+        vectors.push(if units.len() > before {
             Some(f.vectors(&batch.column)?)
         } else {
             None
