@@ -156,11 +156,6 @@ impl PartitionCache {
         self.cache.weighted_size()
     }
 
-    /// The configured bound in bytes.
-    pub fn capacity_bytes(&self) -> u64 {
-        self.cache.policy().max_capacity().unwrap_or(u64::MAX)
-    }
-
     /// The most partition loads that were ever in flight at once.
     pub fn peak_loads_in_flight(&self) -> u64 {
         self.loads.peak.load(Ordering::Relaxed)

@@ -148,11 +148,6 @@ impl ColumnCache {
         }
     }
 
-    /// The configured bound in bytes.
-    pub fn capacity_bytes(&self) -> u64 {
-        self.capacity
-    }
-
     /// Bytes held now (after applying pending evictions).
     pub fn weighted_size(&self) -> u64 {
         self.cache.run_pending_tasks();
