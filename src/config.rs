@@ -22,6 +22,37 @@ pub struct Config {
     pub ingest: IngestConfig,
     /// The partition cache.
     pub cache: CacheConfig,
+    /// How the engine gathers concurrent searches into batches.
+    pub coalescer: CoalescerConfig,
+    /// How the engine runs batches.
+    pub scan: ScanConfig,
+}
+
+/// The coalescer: which concurrent searches share a batch, and when a
+/// batch leaves.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CoalescerConfig {
+    /// Longest a search waits for others to join its batch, in microseconds.
+    pub window_us: u64,
+    /// Most searches in one coalesced batch.
+    pub max_batch_size: usize,
+    /// Flush a group as soon as a scan slot is free instead of waiting out
+    /// the window.
+    pub flush_when_idle: bool,
+    /// Most searches waiting (queued or ready, not yet scanning); beyond it
+    /// a search is rejected with `Overloaded`.
+    pub max_pending: usize,
+    /// Deadline of a search that sets none, in milliseconds; 0 = none.
+    pub default_deadline_ms: u64,
+}
+
+/// The scan side of the engine.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScanConfig {
+    /// Batches scanning at once; 0 = one per core.
+    pub max_concurrent_batches: usize,
 }
 
 /// Partition cache settings.
@@ -37,22 +68,63 @@ pub struct CacheConfig {
     pub max_concurrent_loads: usize,
 }
 
-/// A cache size: bytes, or `"auto"`.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
-#[serde(untagged)]
+/// A memory size: a number of bytes, a size string (`"512MiB"`, `"2GB"`,
+/// `"64KiB"`), or `"auto"` (a quarter of the memory available).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum CacheCapacity {
     /// A fixed number of bytes.
     Bytes(u64),
     /// `"auto"`: a quarter of the available memory.
-    Auto(AutoKeyword),
+    Auto,
 }
 
-/// The literal `"auto"`.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
-#[serde(rename_all = "snake_case")]
-pub enum AutoKeyword {
-    /// `"auto"`.
-    Auto,
+impl<'de> Deserialize<'de> for CacheCapacity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(b) => Ok(CacheCapacity::Bytes(b)),
+            Raw::Text(t) if t.trim().eq_ignore_ascii_case("auto") => Ok(CacheCapacity::Auto),
+            Raw::Text(t) => parse_size(&t)
+                .map(CacheCapacity::Bytes)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Parses `"512MiB"`, `"2 GB"`, `"4096"`, `"64k"`: binary (KiB, MiB, GiB,
+/// TiB) and decimal (KB, MB, GB, TB) units; a bare `k`/`m`/`g` is binary.
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let bad = || {
+        format!("'{text}' is not a size (examples: 4096, \"64KiB\", \"512MiB\", \"2GB\", \"auto\")")
+    };
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return Err(bad()),
+    };
+    let bytes = value * scale as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(bytes.round() as u64)
 }
 
 impl CacheCapacity {
@@ -60,7 +132,7 @@ impl CacheCapacity {
     pub fn bytes(&self) -> u64 {
         match self {
             CacheCapacity::Bytes(b) => *b,
-            CacheCapacity::Auto(_) => {
+            CacheCapacity::Auto => {
                 let mut sys = sysinfo::System::new();
                 sys.refresh_memory();
                 (sys.available_memory() / 4).max(64 << 20)
@@ -81,6 +153,12 @@ pub struct Limits {
     pub max_batch_size: usize,
     /// Largest vector dimension of a column.
     pub max_dim: usize,
+    /// Bytes all running batches of the engine may hold at once (query
+    /// vectors, heaps, result rows), or `"auto"`.
+    pub memory_budget_bytes: CacheCapacity,
+    /// How long a batch waits for budget before its callers get
+    /// `Overloaded`, in milliseconds; 0 = reject at once.
+    pub budget_wait_ms: u64,
 }
 
 /// Search execution settings.
@@ -161,6 +239,8 @@ impl Config {
                 "cache.max_concurrent_loads",
                 self.cache.max_concurrent_loads,
             ),
+            ("coalescer.max_batch_size", self.coalescer.max_batch_size),
+            ("coalescer.max_pending", self.coalescer.max_pending),
         ];
         for (name, v) in positive {
             if v == 0 {
@@ -169,12 +249,38 @@ impl Config {
                 )));
             }
         }
+        if self.coalescer.max_batch_size > self.limits.max_batch_size {
+            return Err(Error::InvalidArgument(format!(
+                "config: coalescer.max_batch_size ({}) is above limits.max_batch_size ({})",
+                self.coalescer.max_batch_size, self.limits.max_batch_size
+            )));
+        }
+        if self.coalescer.window_us > 10_000_000 {
+            return Err(Error::InvalidArgument(
+                "config: coalescer.window_us above 10 s would hold every search that long".into(),
+            ));
+        }
+        if let CacheCapacity::Bytes(0) = self.limits.memory_budget_bytes {
+            return Err(Error::InvalidArgument(
+                "config: limits.memory_budget_bytes must be above 0".into(),
+            ));
+        }
         if self.ingest.rows_per_fragment > u32::MAX as usize {
             return Err(Error::InvalidArgument(
                 "config: ingest.rows_per_fragment must fit in 32 bits".into(),
             ));
         }
         Ok(())
+    }
+
+    /// Batches the engine scans at once: the configured number, or one per
+    /// core.
+    pub fn concurrent_batches(&self) -> usize {
+        if self.scan.max_concurrent_batches > 0 {
+            self.scan.max_concurrent_batches
+        } else {
+            cores()
+        }
     }
 
     /// Scan threads to use: the configured number, or one per core.
@@ -217,6 +323,14 @@ mod tests {
         assert_eq!(c.cache.capacity_bytes.bytes(), 1000);
         assert!(Config::default().cache.capacity_bytes.bytes() >= 64 << 20);
         assert!(Config::from_toml_str("[cache]\ncapacity_bytes = 'lots'\n").is_err());
+        let c = Config::from_toml_str("[cache]\ncapacity_bytes = '512MiB'\n").unwrap();
+        assert_eq!(c.cache.capacity_bytes.bytes(), 512 << 20);
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size(" 1.5 KiB"), Ok(1536));
+        assert_eq!(parse_size("64k"), Ok(65536));
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("-3MiB").is_err());
+        assert!(parse_size("1e30 TB").is_err());
     }
 
     #[test]
@@ -225,5 +339,9 @@ mod tests {
         assert!(Config::from_toml_str("[limitz]\nmax_k = 5\n").is_err());
         assert!(Config::from_toml_str("[limits]\nmax_k = 0\n").is_err());
         assert!(Config::from_toml_str("[limits]\nmax_k = 'x'\n").is_err());
+        assert!(Config::from_toml_str("[coalescer]\nmax_batch_size = 0\n").is_err());
+        assert!(Config::from_toml_str("[coalescer]\nmax_batch_size = 100000\n").is_err());
+        assert!(Config::from_toml_str("[coalescer]\nwindow = 5\n").is_err());
+        assert!(Config::from_toml_str("[limits]\nmemory_budget_bytes = 0\n").is_err());
     }
 }

@@ -109,6 +109,18 @@ pub enum Error {
     /// stop); nothing of it is kept.
     #[error("search cancelled")]
     Cancelled,
+    /// The engine is too busy to take the request now (its queue or memory
+    /// budget is full); retrying later may succeed.
+    #[error("overloaded: {0}; retry later")]
+    Overloaded(String),
+    /// The request's deadline passed before its scan started.
+    #[error(
+        "deadline exceeded: the search waited {waited_ms} ms, its deadline was {deadline_ms} ms"
+    )]
+    DeadlineExceeded { waited_ms: u64, deadline_ms: u64 },
+    /// The engine is shutting down and takes no new requests.
+    #[error("the engine is shutting down")]
+    ShuttingDown,
     /// A bug: an invariant of shoal itself did not hold.
     #[error("internal error: {0}")]
     Internal(String),
@@ -140,6 +152,8 @@ impl Error {
             Error::DatasetNotFound(_) | Error::VersionNotFound { .. } => ErrorKind::NotFound,
             Error::DatasetExists(_) | Error::CommitConflict { .. } => ErrorKind::Conflict,
             Error::Cancelled => ErrorKind::Cancelled,
+            Error::Overloaded(_) | Error::ShuttingDown => ErrorKind::Overloaded,
+            Error::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
             Error::Io { .. } | Error::Corrupt { .. } | Error::Arrow(_) | Error::Internal(_) => {
                 ErrorKind::Internal
             }

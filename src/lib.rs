@@ -26,6 +26,7 @@ pub(crate) mod exec;
 pub mod index;
 pub mod kernel;
 pub mod query;
+pub mod serve;
 pub mod storage;
 
 pub use config::Config;
@@ -37,6 +38,9 @@ pub use kernel::Metric;
 pub use query::{
     BatchQuery, FilterMode, Hit, PerQuery, Query, ScalarValue, SearchMode, SearchParams,
     SearchResults,
+};
+pub use serve::{
+    BatchInfo, BlockingDataset, BlockingEngine, DatasetHandle, Engine, EngineStats, SearchResponse,
 };
 pub use storage::{ColumnType, Schema};
 

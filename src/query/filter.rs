@@ -94,6 +94,7 @@ enum Pred {
 #[derive(Clone, Debug)]
 pub struct Filter {
     sql: String,
+    normalized: String,
     pred: Pred,
 }
 
@@ -134,6 +135,7 @@ impl Filter {
         let pred = compile(&expr, schema)?;
         Ok(Filter {
             sql: sql.to_string(),
+            normalized: expr.to_string(),
             pred,
         })
     }
@@ -141,6 +143,13 @@ impl Filter {
     /// The filter's source text.
     pub fn sql(&self) -> &str {
         &self.sql
+    }
+
+    /// The filter in normal form (the parser's rendering: spacing and
+    /// keyword case do not matter), which parses back to the same filter;
+    /// the engine batches searches whose filters normalise alike.
+    pub fn normalized(&self) -> &str {
+        &self.normalized
     }
 
     /// The columns the filter reads, each once, in order of appearance: a

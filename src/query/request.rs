@@ -205,6 +205,15 @@ pub enum PerQuery {
 }
 
 impl PerQuery {
+    /// The value for query `i` (0 past the end of a per-query list, which
+    /// validation rejects anyway).
+    pub fn get(&self, i: usize) -> usize {
+        match self {
+            PerQuery::All(v) => *v,
+            PerQuery::Each(vs) => vs.get(i).copied().unwrap_or(0),
+        }
+    }
+
     fn expand(&self, what: &str, n: usize) -> Result<Vec<usize>> {
         match self {
             PerQuery::All(v) => Ok(vec![*v; n]),

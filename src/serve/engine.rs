@@ -1,0 +1,240 @@
+//! The engine: one [`Session`], the coalescer actor and the scanner, and
+//! the datasets of one data directory served through [`DatasetHandle`]s.
+//!
+//! `Engine::start` runs on the caller's tokio runtime: it spawns the
+//! coalescer actor there; scans and file work run on blocking threads and
+//! the session's scan pool. Dropping every `Engine` and handle lets the
+//! actor finish what is queued and end; [`Engine::shutdown`] does so
+//! explicitly and waits for it.
+
+use super::budget::MemoryBudget;
+use super::coalescer::{CoalescerActor, Message};
+use super::handle::DatasetHandle;
+use super::scanner::Scanner;
+use super::stats::{EngineStats, Stats};
+use super::sync::Arc;
+use crate::config::Config;
+use crate::db::{Dataset, Session};
+use crate::error::{Error, Result};
+use crate::storage::Schema;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// Capacity of the actor's inbox. Submitters beyond it wait to send (the
+/// queue bound that rejects is `coalescer.max_pending`, inside the actor).
+const INBOX_CAPACITY: usize = 1024;
+
+/// A running engine over the datasets of one directory. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    core: Arc<EngineCore>,
+    handles: Arc<tokio::sync::Mutex<HashMap<String, DatasetHandle>>>,
+}
+
+/// What handles share with the engine (no reference back to the handles,
+/// so there is no cycle and the actor ends when all are dropped).
+#[derive(Debug)]
+pub(crate) struct EngineCore {
+    pub session: Session,
+    pub data_dir: PathBuf,
+    pub inbox: mpsc::Sender<Message>,
+    pub scanner: Arc<Scanner>,
+    pub stats: Arc<Stats>,
+    pub closing: AtomicBool,
+    pub next_request: AtomicU64,
+    actor: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Starts an engine serving the datasets under `data_dir` (created if
+    /// missing) with `config`. Must be called inside a tokio runtime; the
+    /// blocking wrapper [`BlockingEngine`](super::BlockingEngine) brings
+    /// its own.
+    pub fn start(config: Config, data_dir: impl AsRef<Path>) -> Result<Engine> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::InvalidArgument(
+                "Engine::start must be called inside a tokio runtime (or use BlockingEngine)"
+                    .into(),
+            )
+        })?;
+        config.validate()?;
+        let data_dir = data_dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&data_dir).map_err(|e| Error::io(&data_dir, e))?;
+        let stats = Arc::new(Stats::new());
+        let budget = MemoryBudget::new(config.limits.memory_budget_bytes.bytes());
+        let scanner = Arc::new(Scanner::new(
+            config.concurrent_batches(),
+            budget,
+            Duration::from_millis(config.limits.budget_wait_ms),
+            Arc::clone(&stats),
+        ));
+        let (inbox, receiver) = mpsc::channel(INBOX_CAPACITY);
+        let actor = CoalescerActor::new(
+            &config.coalescer,
+            receiver,
+            Arc::clone(&scanner),
+            Arc::clone(&stats),
+        );
+        let actor = runtime.spawn(actor.run());
+        Ok(Engine {
+            core: Arc::new(EngineCore {
+                session: Session::new(config),
+                data_dir,
+                inbox,
+                scanner,
+                stats,
+                closing: AtomicBool::new(false),
+                next_request: AtomicU64::new(1),
+                actor: std::sync::Mutex::new(Some(actor)),
+            }),
+            handles: Arc::default(),
+        })
+    }
+
+    /// The engine's session (caches, scan pool, config).
+    pub fn session(&self) -> &Session {
+        &self.core.session
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        self.core.session.config()
+    }
+
+    /// The directory whose subdirectories are the datasets.
+    pub fn data_dir(&self) -> &Path {
+        &self.core.data_dir
+    }
+
+    /// A handle on dataset `name` (a subdirectory of the data directory),
+    /// opened once and shared by every caller.
+    pub async fn dataset(&self, name: &str) -> Result<DatasetHandle> {
+        check_name(name)?;
+        let mut handles = self.handles.lock().await;
+        if let Some(handle) = handles.get(name) {
+            return Ok(handle.clone());
+        }
+        let session = self.core.session.clone();
+        let root = self.core.data_dir.join(name);
+        let dataset = blocking(move || session.open(root)).await?;
+        let handle = DatasetHandle::new(name, Arc::clone(&self.core), dataset);
+        handles.insert(name.to_string(), handle.clone());
+        Ok(handle)
+    }
+
+    /// Creates dataset `name` with `schema` and returns its handle.
+    pub async fn create_dataset(&self, name: &str, schema: Schema) -> Result<DatasetHandle> {
+        check_name(name)?;
+        self.core.check_open()?;
+        let mut handles = self.handles.lock().await;
+        let session = self.core.session.clone();
+        let root = self.core.data_dir.join(name);
+        let dataset = blocking(move || session.create(root, schema)).await?;
+        let handle = DatasetHandle::new(name, Arc::clone(&self.core), dataset);
+        handles.insert(name.to_string(), handle.clone());
+        Ok(handle)
+    }
+
+    /// Names of the datasets under the data directory, sorted.
+    pub async fn dataset_names(&self) -> Result<Vec<String>> {
+        let dir = self.core.data_dir.clone();
+        blocking(move || {
+            let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+            let mut names = Vec::new();
+            for entry in entries {
+                let entry = entry.map_err(|e| Error::io(&dir, e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if check_name(&name).is_ok() && Dataset::exists(entry.path()) {
+                    names.push(name);
+                }
+            }
+            names.sort();
+            Ok(names)
+        })
+        .await
+    }
+
+    /// A snapshot of the engine's counters, histograms and gauges.
+    pub fn stats(&self) -> EngineStats {
+        let mut stats = self.core.stats.snapshot();
+        let cache = self.core.session.partition_cache().counters();
+        stats.cache_hits = cache.hits;
+        stats.cache_misses = cache.misses;
+        stats.budget_in_use = self.core.scanner.budget().in_use();
+        stats.budget_limit = self.core.scanner.budget().limit();
+        stats
+    }
+
+    /// Stops admitting searches and writes (they get
+    /// [`Error::ShuttingDown`]), scans every search already queued, and
+    /// returns once no batch is running. Later calls return at once.
+    pub async fn shutdown(&self) {
+        self.core.closing.store(true, Ordering::SeqCst);
+        let (reply, done) = oneshot::channel();
+        if self.core.inbox.send(Message::Shutdown(reply)).await.is_ok() {
+            let _ = done.await;
+        }
+        let actor = super::sync::lock(&self.core.actor).take();
+        if let Some(actor) = actor {
+            let _ = actor.await;
+        }
+    }
+}
+
+impl EngineCore {
+    /// `Err(ShuttingDown)` once shutdown has begun.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closing.load(Ordering::SeqCst) {
+            Err(Error::ShuttingDown)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Dataset names are `[A-Za-z0-9_-]{1,64}`: no path can reach outside the
+/// data directory.
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "dataset name '{}' must be 1 to 64 letters, digits, '_' or '-'",
+            name.escape_debug()
+        )))
+    }
+}
+
+/// Runs file or CPU work on tokio's blocking threads.
+pub(crate) async fn blocking<T, F>(work: F) -> Result<T>
+where
+    F: FnOnce() -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Internal(format!("a blocking task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dataset_names_cannot_leave_the_data_directory() {
+        for bad in ["", "..", "a/b", "../etc", "a b", "é", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        for good in ["demo", "gcide_v2", "A-1", &"x".repeat(64)] {
+            assert!(check_name(good).is_ok(), "{good:?}");
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The scan side of the engine: runs batches, at most
+//! `scan.max_concurrent_batches` at a time, each on a blocking thread that
+//! drives the session's scan pool (never on the async runtime's threads),
+//! and hands each query's rows back to its caller by query index.
+//!
+//! A batch first drops callers that went away or whose deadline passed; a
+//! batch with nobody left is skipped. It takes its bytes from the memory
+//! budget on its worker thread (waiting up to `limits.budget_wait_ms`), and
+//! while it scans, the task watches its callers: when every one has gone,
+//! the batch's [`CancelToken`] stops the scan at the next partition. A
+//! batch-wide error reaches every caller as a clone.
+
+use super::budget::MemoryBudget;
+use super::coalescer::core::Batch;
+use super::stats::Stats;
+use super::sync::Arc;
+use crate::db::Dataset;
+use crate::error::{Error, Result};
+use crate::exec::{CancelToken, Profile};
+use crate::query::{BatchQuery, Hit, PerQuery, SearchParams, SearchResults};
+use serde::Serialize;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+/// What two searches must share to be answered by one scan: the dataset,
+/// and the search parameters with the version, column and metric resolved
+/// and the filter in normal form. k and offset are per query, not here.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct BatchKey {
+    pub dataset: std::sync::Arc<str>,
+    pub params: SearchParams,
+}
+
+/// One caller's search as it waits in the coalescer.
+#[derive(Debug)]
+pub(crate) struct SearchRequest {
+    pub vector: Vec<f32>,
+    pub k: usize,
+    pub offset: usize,
+    /// The version the search resolved when it was submitted.
+    pub snapshot: Dataset,
+    pub reply: oneshot::Sender<Result<SearchResponse>>,
+}
+
+/// A coalesced batch as the coalescer hands it over.
+pub(crate) type CoalescedBatch = Batch<BatchKey, SearchRequest>;
+
+/// The answer to one coalesced search.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SearchResponse {
+    /// The version searched.
+    pub version: u64,
+    /// Names of the projected columns, in the order of each hit's values.
+    pub projection: Vec<String>,
+    /// Rows, nearest first: exactly those the query gets searched alone.
+    pub hits: Vec<Hit>,
+    /// The batch that answered it.
+    pub batch: BatchInfo,
+}
+
+/// How a search was served: which batch, how big, how long it waited.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BatchInfo {
+    /// Engine-wide batch number.
+    pub id: u64,
+    /// Queries in the batch.
+    pub size: usize,
+    /// Execution mode (`shared_scan`, `exact`, `per_query`).
+    pub mode: String,
+    /// Time from submission to the start of the scan (µs).
+    pub queue_wait_us: u64,
+    /// The batch's scan time (µs).
+    pub scan_us: u64,
+}
+
+/// Runs batches; shared by the coalescer actor and explicit batches.
+#[derive(Debug)]
+pub(crate) struct Scanner {
+    slots: Arc<Semaphore>,
+    total_slots: u32,
+    slot_freed: Arc<Notify>,
+    budget: MemoryBudget,
+    budget_wait: Duration,
+    stats: Arc<Stats>,
+    next_batch: AtomicU64,
+}
+
+/// A scan slot; giving it back wakes the coalescer (it may flush now).
+#[derive(Debug)]
+pub(crate) struct SlotGuard {
+    _permit: OwnedSemaphorePermit,
+    freed: Arc<Notify>,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.freed.notify_one();
+    }
+}
+
+/// Cancels a token when dropped: an explicit batch whose caller stops
+/// awaiting stops scanning.
+struct CancelOnDrop(CancelToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// A finished scan: results, profile, scan time.
+type Scanned = (SearchResults, Profile, Duration);
+
+impl Scanner {
+    pub(crate) fn new(
+        slots: usize,
+        budget: MemoryBudget,
+        budget_wait: Duration,
+        stats: Arc<Stats>,
+    ) -> Scanner {
+        let slots = slots.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        Scanner {
+            slots: Arc::new(Semaphore::new(slots)),
+            total_slots: slots as u32,
+            slot_freed: Arc::new(Notify::new()),
+            budget,
+            budget_wait,
+            stats,
+            next_batch: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    /// A free scan slot, if there is one now.
+    pub(crate) fn try_slot(&self) -> Option<SlotGuard> {
+        let permit = Arc::clone(&self.slots).try_acquire_owned().ok()?;
+        Some(SlotGuard {
+            _permit: permit,
+            freed: Arc::clone(&self.slot_freed),
+        })
+    }
+
+    /// Scan slots free now.
+    pub(crate) fn free_slots(&self) -> usize {
+        self.slots.available_permits()
+    }
+
+    /// Resolves when a slot has been given back since the last call.
+    pub(crate) async fn slot_freed(&self) {
+        self.slot_freed.notified().await
+    }
+
+    /// Waits until no batch is running (every slot is free).
+    pub(crate) async fn wait_idle(&self) {
+        if let Ok(all) = self.slots.acquire_many(self.total_slots).await {
+            drop(all);
+        }
+    }
+
+    /// Runs a coalesced batch on its own task, holding `slot` until done.
+    pub(crate) fn start(self: &Arc<Self>, batch: CoalescedBatch, slot: SlotGuard) {
+        let scanner = Arc::clone(self);
+        tokio::spawn(async move { scanner.run_coalesced(batch, slot).await });
+    }
+
+    async fn run_coalesced(&self, batch: CoalescedBatch, slot: SlotGuard) {
+        let now = Instant::now();
+        let mut live = Vec::with_capacity(batch.requests.len());
+        for r in batch.requests {
+            if r.payload.reply.is_closed() {
+                Stats::add(&self.stats.cancelled, 1);
+            } else if let Some(deadline) = r.deadline.filter(|d| *d <= now.into_std()) {
+                Stats::add(&self.stats.deadline_exceeded, 1);
+                let _ = r.payload.reply.send(Err(Error::DeadlineExceeded {
+                    waited_ms: now.into_std().duration_since(r.arrived).as_millis() as u64,
+                    deadline_ms: deadline.duration_since(r.arrived).as_millis() as u64,
+                }));
+            } else {
+                live.push(r);
+            }
+        }
+        let Some(first) = live.first() else {
+            Stats::add(&self.stats.skipped_batches, 1);
+            return;
+        };
+        let snapshot = first.payload.snapshot.clone();
+        let n = live.len();
+        let mut vectors = Vec::with_capacity(n);
+        let mut ks = Vec::with_capacity(n);
+        let mut offsets = Vec::with_capacity(n);
+        let mut replies = Vec::with_capacity(n);
+        let mut waits = Vec::with_capacity(n);
+        for r in live {
+            let wait = now.into_std().saturating_duration_since(r.arrived);
+            self.stats.queue_wait_us.record(wait.as_micros() as u64);
+            waits.push(wait.as_micros() as u64);
+            vectors.push(r.payload.vector);
+            ks.push(r.payload.k);
+            offsets.push(r.payload.offset);
+            replies.push(r.payload.reply);
+        }
+        let query = BatchQuery {
+            vectors,
+            k: PerQuery::Each(ks),
+            offset: PerQuery::Each(offsets),
+            params: batch.key.params,
+        };
+        let id = self.next_batch.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::debug_span!("batch", id, size = n, reason = ?batch.reason);
+        let outcome = self
+            .scan(slot, snapshot, query, all_closed(&mut replies))
+            .instrument(span)
+            .await;
+        match outcome {
+            None => {
+                Stats::add(&self.stats.cancelled, n as u64);
+                tracing::debug!(id, "batch cancelled: every caller left");
+            }
+            Some(Err(e)) => self.fail(&e, replies),
+            Some(Ok((results, profile, took))) => {
+                self.record_batch(n, took);
+                tracing::debug!(id, size = n, mode = %profile.mode, scan_us = took.as_micros() as u64, "batch done");
+                let SearchResults {
+                    version,
+                    projection,
+                    hits,
+                } = results;
+                for ((reply, hits), queue_wait_us) in replies.into_iter().zip(hits).zip(waits) {
+                    let response = SearchResponse {
+                        version,
+                        projection: projection.clone(),
+                        hits,
+                        batch: BatchInfo {
+                            id,
+                            size: n,
+                            mode: profile.mode.clone(),
+                            queue_wait_us,
+                            scan_us: took.as_micros() as u64,
+                        },
+                    };
+                    if reply.send(Ok(response)).is_err() {
+                        Stats::add(&self.stats.cancelled, 1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs an explicit batch now (it waits for a slot, not for a window).
+    /// Dropping the returned future cancels the scan.
+    pub(crate) async fn run_explicit(
+        &self,
+        snapshot: Dataset,
+        query: BatchQuery,
+    ) -> Result<(SearchResults, Profile)> {
+        let permit = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        let slot = SlotGuard {
+            _permit: permit,
+            freed: Arc::clone(&self.slot_freed),
+        };
+        let n = query.vectors.len();
+        let outcome = self
+            .scan(slot, snapshot, query, std::future::pending::<()>())
+            .await;
+        Stats::add(&self.stats.explicit_batches, 1);
+        match outcome {
+            Some(Ok((results, profile, took))) => {
+                self.record_batch(n, took);
+                Ok((results, profile))
+            }
+            Some(Err(e)) => {
+                if matches!(e, Error::Overloaded(_)) {
+                    Stats::add(&self.stats.rejected_overloaded, n as u64);
+                } else {
+                    Stats::add(&self.stats.failed_batches, 1);
+                }
+                Err(e)
+            }
+            None => Err(Error::Cancelled),
+        }
+    }
+
+    /// Scans `query` on a blocking thread holding `slot` and the batch's
+    /// budget; `None` when `callers_gone` resolved first (the scan was then
+    /// cancelled and has finished).
+    async fn scan(
+        &self,
+        slot: SlotGuard,
+        snapshot: Dataset,
+        query: BatchQuery,
+        callers_gone: impl Future<Output = ()>,
+    ) -> Option<Result<Scanned>> {
+        let bytes = batch_bytes(&query);
+        let token = CancelToken::new();
+        let cancel_on_drop = CancelOnDrop(token.clone());
+        let budget = self.budget.clone();
+        let wait = self.budget_wait;
+        let mut job = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            let _permit = if wait.is_zero() {
+                budget.try_acquire(bytes)?
+            } else {
+                budget.acquire_timeout(bytes, wait)?
+            };
+            token.check()?;
+            let started = std::time::Instant::now();
+            let (results, profile) = snapshot.search_batch_cancellable(&query, &token)?;
+            Ok((results, profile, started.elapsed()))
+        });
+        let outcome = tokio::select! {
+            joined = &mut job => Some(joined),
+            () = callers_gone => None,
+        };
+        let result = match outcome {
+            Some(joined) => joined,
+            None => {
+                cancel_on_drop.0.cancel();
+                let _ = job.await;
+                return None;
+            }
+        };
+        drop(cancel_on_drop);
+        Some(match result {
+            Ok(r) => r,
+            Err(e) => Err(Error::Internal(format!(
+                "a batch's scan thread failed: {e}"
+            ))),
+        })
+    }
+
+    fn record_batch(&self, n: usize, took: Duration) {
+        Stats::add(&self.stats.batches, 1);
+        self.stats.batch_size.record(n as u64);
+        self.stats.scan_us.record(took.as_micros() as u64);
+    }
+
+    fn fail(&self, error: &Error, replies: Vec<oneshot::Sender<Result<SearchResponse>>>) {
+        if matches!(error, Error::Overloaded(_)) {
+            Stats::add(&self.stats.rejected_overloaded, replies.len() as u64);
+        } else {
+            Stats::add(&self.stats.failed_batches, 1);
+        }
+        tracing::debug!(%error, callers = replies.len(), "batch failed");
+        for reply in replies {
+            let _ = reply.send(Err(error.clone()));
+        }
+    }
+}
+
+/// Resolves once every caller has dropped its receiver.
+async fn all_closed(replies: &mut [oneshot::Sender<Result<SearchResponse>>]) {
+    for reply in replies.iter_mut() {
+        reply.closed().await;
+    }
+}
+
+/// Bytes a batch holds while it runs: the query vectors (the callers' and
+/// the prepared copy), one heap entry per candidate row (k + offset per
+/// query) and the result rows with their projected values.
+pub(crate) fn batch_bytes(query: &BatchQuery) -> u64 {
+    const HEAP_ENTRY: u64 = 16;
+    const HIT: u64 = std::mem::size_of::<Hit>() as u64;
+    const VALUE: u64 = 32;
+    let projected = query.projection.len() as u64;
+    let mut bytes = 0u64;
+    for (i, v) in query.vectors.iter().enumerate() {
+        let k = query.k.get(i) as u64;
+        let depth = k.saturating_add(query.offset.get(i) as u64);
+        bytes = bytes
+            .saturating_add(v.len() as u64 * 8)
+            .saturating_add(depth.saturating_mul(HEAP_ENTRY))
+            .saturating_add(k.saturating_mul(HIT + projected * VALUE));
+    }
+    bytes
+}
