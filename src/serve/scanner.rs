@@ -92,12 +92,15 @@ pub(crate) struct Scanner {
 /// A scan slot; giving it back wakes the coalescer (it may flush now).
 #[derive(Debug)]
 pub(crate) struct SlotGuard {
-    _permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
     freed: Arc<Notify>,
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
+        // Release first, then wake: a coalescer woken while the permit is
+        // still held would find no free slot and sleep through it.
+        drop(self.permit.take());
         self.freed.notify_one();
     }
 }
@@ -142,7 +145,7 @@ impl Scanner {
     pub(crate) fn try_slot(&self) -> Option<SlotGuard> {
         let permit = Arc::clone(&self.slots).try_acquire_owned().ok()?;
         Some(SlotGuard {
-            _permit: permit,
+            permit: Some(permit),
             freed: Arc::clone(&self.slot_freed),
         })
     }
@@ -265,7 +268,7 @@ impl Scanner {
             .await
             .map_err(|_| Error::ShuttingDown)?;
         let slot = SlotGuard {
-            _permit: permit,
+            permit: Some(permit),
             freed: Arc::clone(&self.slot_freed),
         };
         let n = query.vectors.len();

@@ -3,6 +3,7 @@
 mod bad_input;
 mod cli;
 mod common;
+mod engine;
 mod exact;
 mod ingest;
 mod ivf;
