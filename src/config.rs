@@ -249,12 +249,6 @@ impl Config {
                 )));
             }
         }
-        if self.coalescer.max_batch_size > self.limits.max_batch_size {
-            return Err(Error::InvalidArgument(format!(
-                "config: coalescer.max_batch_size ({}) is above limits.max_batch_size ({})",
-                self.coalescer.max_batch_size, self.limits.max_batch_size
-            )));
-        }
         if self.coalescer.window_us > 10_000_000 {
             return Err(Error::InvalidArgument(
                 "config: coalescer.window_us above 10 s would hold every search that long".into(),
@@ -271,6 +265,15 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// Most searches in one coalesced batch: `coalescer.max_batch_size`,
+    /// capped by `limits.max_batch_size` (a coalesced batch obeys the same
+    /// limit as an explicit one).
+    pub fn coalesced_batch_size(&self) -> usize {
+        self.coalescer
+            .max_batch_size
+            .min(self.limits.max_batch_size)
     }
 
     /// Batches the engine scans at once: the configured number, or one per
@@ -340,7 +343,8 @@ mod tests {
         assert!(Config::from_toml_str("[limits]\nmax_k = 0\n").is_err());
         assert!(Config::from_toml_str("[limits]\nmax_k = 'x'\n").is_err());
         assert!(Config::from_toml_str("[coalescer]\nmax_batch_size = 0\n").is_err());
-        assert!(Config::from_toml_str("[coalescer]\nmax_batch_size = 100000\n").is_err());
+        let capped = Config::from_toml_str("[coalescer]\nmax_batch_size = 100000\n").unwrap();
+        assert_eq!(capped.coalesced_batch_size(), capped.limits.max_batch_size);
         assert!(Config::from_toml_str("[coalescer]\nwindow = 5\n").is_err());
         assert!(Config::from_toml_str("[limits]\nmemory_budget_bytes = 0\n").is_err());
     }

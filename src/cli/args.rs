@@ -93,6 +93,8 @@ pub enum BenchModeArg {
     Ivf,
     /// Shared scan vs per-query loop on an indexed dataset, per batch size.
     Batch,
+    /// Closed-loop clients against the engine, coalesced vs direct.
+    Engine,
 }
 
 /// Index-search options shared by `search` and `bench`.
@@ -301,7 +303,7 @@ pub enum Command {
         /// ivf: write the base, queries and ground truth used to this directory.
         #[arg(long)]
         export: Option<PathBuf>,
-        /// batch: the indexed dataset.
+        /// batch, engine: the indexed dataset.
         #[arg(long)]
         dataset: Option<PathBuf>,
         /// batch: modes to compare.
@@ -312,11 +314,20 @@ pub enum Command {
             default_value = "per-query,shared"
         )]
         modes: Vec<ModeArg>,
-        /// batch: partition cache capacity in bytes (default: the config's).
+        /// batch, engine: partition cache capacity in bytes (default: the config's).
         #[arg(long)]
         cache_bytes: Option<u64>,
-        /// batch: timed passes over the queries.
+        /// batch, engine: timed passes over the queries.
         #[arg(long, default_value_t = 3)]
         passes: usize,
+        /// engine: closed-loop client counts (implies --mode engine).
+        #[arg(long, value_delimiter = ',')]
+        concurrency: Vec<usize>,
+        /// engine: coalescing windows to measure, µs (default: the config's).
+        #[arg(long, value_delimiter = ',')]
+        window_us: Vec<u64>,
+        /// engine: draw latency against throughput into this PNG.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
 }

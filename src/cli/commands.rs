@@ -6,6 +6,7 @@ use super::bench::{
     run_batch, run_exact, run_ivf, write_json, BatchBenchOptions, ExactBenchOptions,
     IvfBenchOptions,
 };
+use super::engine_bench::{run_engine_bench, EngineBenchOptions};
 use super::print::{info, progress_printer, write_results};
 use shoal::db::ingest::ingest;
 use shoal::index::IndexParams;
@@ -193,7 +194,12 @@ pub fn run(cli: Cli) -> Result<()> {
             modes,
             cache_bytes,
             passes,
-        } => match mode.unwrap_or(if dataset.is_some() {
+            concurrency,
+            window_us,
+            plot,
+        } => match mode.unwrap_or(if !concurrency.is_empty() {
+            BenchModeArg::Engine
+        } else if dataset.is_some() {
             BenchModeArg::Batch
         } else {
             BenchModeArg::Exact
@@ -254,6 +260,42 @@ pub fn run(cli: Cli) -> Result<()> {
                     passes,
                 };
                 let rows = run_batch(&opts, &config)?;
+                if let Some(p) = json {
+                    write_json(&p, &rows)?;
+                }
+                Ok(())
+            }
+            BenchModeArg::Engine => {
+                let (Some(dataset), Some(queries)) = (dataset, queries) else {
+                    return Err(Error::InvalidArgument(
+                        "--mode engine needs --dataset and --queries".into(),
+                    ));
+                };
+                let mut config = config;
+                if let Some(c) = cache_bytes {
+                    config.cache.capacity_bytes = shoal::config::CacheCapacity::Bytes(c);
+                }
+                let opts = EngineBenchOptions {
+                    dataset,
+                    queries,
+                    groundtruth,
+                    k,
+                    nprobes: nprobes.first().copied().unwrap_or(16),
+                    concurrency: if concurrency.is_empty() {
+                        vec![1, 16, 64, 256]
+                    } else {
+                        concurrency
+                    },
+                    windows_us: if window_us.is_empty() {
+                        vec![config.coalescer.window_us]
+                    } else {
+                        window_us
+                    },
+                    seconds,
+                    passes,
+                    plot,
+                };
+                let rows = run_engine_bench(&opts, &config)?;
                 if let Some(p) = json {
                     write_json(&p, &rows)?;
                 }

@@ -5,5 +5,7 @@ pub mod args;
 pub mod bench;
 pub mod commands;
 pub mod demo;
+pub mod engine_bench;
 mod fma_peak;
+mod plot;
 pub mod print;

@@ -75,6 +75,7 @@ impl Engine {
         let (inbox, receiver) = mpsc::channel(INBOX_CAPACITY);
         let actor = CoalescerActor::new(
             &config.coalescer,
+            config.coalesced_batch_size(),
             receiver,
             Arc::clone(&scanner),
             Arc::clone(&stats),

@@ -21,6 +21,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 /// A served dataset. Cheap to clone; `Send + Sync`.
 #[derive(Clone, Debug)]
@@ -111,13 +112,27 @@ impl DatasetHandle {
     }
 
     async fn submit(&self, query: Query, timeout: Option<Duration>) -> Result<SearchResponse> {
+        let id = self
+            .inner
+            .engine
+            .next_request
+            .fetch_add(1, Ordering::Relaxed);
+        let span = tracing::debug_span!("search", dataset = %self.inner.name, request = id);
+        self.submit_as(id, query, timeout).instrument(span).await
+    }
+
+    async fn submit_as(
+        &self,
+        id: u64,
+        query: Query,
+        timeout: Option<Duration>,
+    ) -> Result<SearchResponse> {
         let engine = &self.inner.engine;
         engine.check_open()?;
         Stats::add(&engine.stats.requests, 1);
         let arrived = Instant::now();
         let snapshot = self.snapshot(query.version).await?;
         let (key, request, reply) = self.prepare(snapshot, query)?;
-        let id = engine.next_request.fetch_add(1, Ordering::Relaxed);
         let deadline = timeout.map(|t| arrived + t);
         let message = Message::Submit(Box::new(Submission {
             id,

@@ -189,6 +189,12 @@ impl Scanner {
                 live.push(r);
             }
         }
+        let key_hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            batch.key.hash(&mut h);
+            h.finish()
+        };
         let Some(first) = live.first() else {
             Stats::add(&self.stats.skipped_batches, 1);
             return;
@@ -216,7 +222,7 @@ impl Scanner {
             params: batch.key.params,
         };
         let id = self.next_batch.fetch_add(1, Ordering::Relaxed);
-        let span = tracing::debug_span!("batch", id, size = n, reason = ?batch.reason);
+        let span = tracing::debug_span!("batch", id, key = %format_args!("{key_hash:016x}"), size = n, reason = ?batch.reason);
         let outcome = self
             .scan(slot, snapshot, query, all_closed(&mut replies))
             .instrument(span)
@@ -229,7 +235,14 @@ impl Scanner {
             Some(Err(e)) => self.fail(&e, replies),
             Some(Ok((results, profile, took))) => {
                 self.record_batch(n, took);
-                tracing::debug!(id, size = n, mode = %profile.mode, scan_us = took.as_micros() as u64, "batch done");
+                tracing::debug!(
+                    id,
+                    size = n,
+                    mode = %profile.mode,
+                    max_queue_wait_us = waits.iter().max().copied().unwrap_or(0),
+                    scan_us = took.as_micros() as u64,
+                    "batch done"
+                );
                 let SearchResults {
                     version,
                     projection,

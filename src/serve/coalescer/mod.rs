@@ -59,6 +59,7 @@ pub(crate) struct CoalescerActor {
 impl CoalescerActor {
     pub(crate) fn new(
         config: &CoalescerConfig,
+        max_batch_size: usize,
         inbox: mpsc::Receiver<Message>,
         scanner: Arc<Scanner>,
         stats: Arc<Stats>,
@@ -66,7 +67,7 @@ impl CoalescerActor {
         CoalescerActor {
             core: CoalescerCore::new(CoreSettings {
                 window: Duration::from_micros(config.window_us),
-                max_batch_size: config.max_batch_size,
+                max_batch_size,
                 max_pending: config.max_pending,
             }),
             inbox,
