@@ -6,9 +6,13 @@
 //! indexes searched by a shared scan over the batch with a register-tiled,
 //! batch-invariant SIMD kernel; and one [`Session`] per process holding the
 //! memory-bounded partition and column caches, the scan pool and the
-//! config. A running search can be stopped with a [`CancelToken`]. The
-//! coalescing engine and HTTP service come next. `ARCHITECTURE.md` has the
-//! layers, the data flow and the on-disk format.
+//! config. A running search can be stopped with a [`CancelToken`].
+//!
+//! The [`Engine`] serves datasets to many concurrent async callers: each
+//! awaits one search, and the engine gathers concurrent searches that share
+//! their parameters into one shared scan, handing each caller exactly the
+//! rows it would have got alone. The HTTP service comes next.
+//! `ARCHITECTURE.md` has the layers, the data flow and the on-disk format.
 //!
 //! ```no_run
 //! use shoal::{BatchQuery, Dataset, Query};
@@ -16,6 +20,18 @@
 //! let one = ds.search(&Query::new(vec![0.0; 32], 10))?;
 //! let many = ds.search_batch(&BatchQuery::new(vec![vec![0.0; 32]; 8], 10))?;
 //! # Ok::<(), shoal::Error>(())
+//! ```
+//!
+//! ```no_run
+//! # async fn run() -> shoal::Result<()> {
+//! use shoal::{Config, Engine, Query};
+//! let engine = Engine::start(Config::default(), "data")?; // inside a tokio runtime
+//! let demo = engine.dataset("demo").await?;                // cheap to clone
+//! let response = demo.search(Query::new(vec![0.0; 32], 10)).await?; // coalesced
+//! println!("{} rows, batch of {}", response.hits.len(), response.batch.size);
+//! engine.shutdown().await;
+//! # Ok(())
+//! # }
 //! ```
 
 pub mod config;

@@ -3,8 +3,8 @@
 //!
 //! Each client awaits one `search` at a time and sends the next as soon as
 //! it has its answer. Two engines over the same dataset and config differ
-//! only in the coalescer: `coalesced` uses the window under test with idle
-//! flush; `direct` has window 0 and batch size 1, so each query runs the
+//! only in the coalescer: `coalesced` uses the window under test and the
+//! config's other coalescer settings; `direct` has window 0 and batch size 1, so each query runs the
 //! single-query path on the scan pool. Measurements alternate between the
 //! two, pass by pass, and QPS is the median pass; latency percentiles pool
 //! every request of every pass. Nothing here is asserted on.
@@ -123,7 +123,6 @@ pub fn run_engine_bench(opts: &EngineBenchOptions, config: &Config) -> Result<Ve
         for &window in &opts.windows_us {
             let mut c = config.clone();
             c.coalescer.window_us = window;
-            c.coalescer.flush_when_idle = true;
             c.validate()?;
             let engine = Engine::start(c, &data_dir)?;
             let ds = engine.dataset(&name).await?;

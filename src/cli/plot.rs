@@ -19,6 +19,16 @@ const FONT_PATHS: [&str; 5] = [
     "C:\\Windows\\Fonts\\arial.ttf",
 ];
 
+/// Line colours, one per client count: distinct and readable on white.
+const SERIES_COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(23, 190, 207),
+];
+
 /// Registers a font for plotters once per process.
 fn register_font() -> Result<()> {
     static REGISTERED: std::sync::OnceLock<std::result::Result<(), String>> =
@@ -71,13 +81,15 @@ pub fn latency_throughput(path: &Path, rows: &[EngineRow]) -> Result<()> {
         .x_desc("searches per second")
         .y_desc("latency, ms (solid p99, dashed p50)")
         .label_style(("sans-serif", 15))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.1}"))
         .draw()
         .map_err(plot_error)?;
     let mut concurrencies: Vec<usize> = rows.iter().map(|r| r.concurrency).collect();
     concurrencies.sort_unstable();
     concurrencies.dedup();
     for (i, &clients) in concurrencies.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = SERIES_COLORS[i % SERIES_COLORS.len()].to_rgba();
         let mut coalesced: Vec<&EngineRow> = rows
             .iter()
             .filter(|r| r.concurrency == clients && r.mode == "coalesced")

@@ -91,6 +91,13 @@ impl CoalescerActor {
                 break;
             }
             let next = self.core.next_deadline().map(Instant::from_std);
+            // Due already (window 0, or a deadline passed while busy): act
+            // now rather than through the timer, which ticks in whole ms.
+            let now = Instant::now();
+            if next.is_some_and(|at| at <= now) {
+                self.expire(now);
+                continue;
+            }
             let waiting = !self.core.is_empty();
             tokio::select! {
                 message = self.inbox.recv(), if !draining => match message {
