@@ -26,6 +26,33 @@ pub struct Config {
     pub coalescer: CoalescerConfig,
     /// How the engine runs batches.
     pub scan: ScanConfig,
+    /// The HTTP service (`shoal serve`).
+    pub server: ServerConfig,
+}
+
+/// The HTTP service.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address `shoal serve` listens on (`host:port`).
+    pub listen: String,
+    /// Largest request body accepted, in bytes (or a size string).
+    #[serde(deserialize_with = "deserialize_size")]
+    pub max_body_bytes: u64,
+}
+
+/// A byte count given as a number or a size string (`"16MiB"`).
+fn deserialize_size<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(u64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Int(b) => Ok(b),
+        Raw::Text(t) => parse_size(&t).map_err(serde::de::Error::custom),
+    }
 }
 
 /// The coalescer: which concurrent searches share a batch, and when a
@@ -229,6 +256,17 @@ impl Config {
 
     /// Checks value ranges.
     pub fn validate(&self) -> Result<()> {
+        if self.server.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "config: server.listen '{}' is not an address like 127.0.0.1:8080",
+                self.server.listen
+            )));
+        }
+        if self.server.max_body_bytes == 0 {
+            return Err(Error::InvalidArgument(
+                "config: server.max_body_bytes must be at least 1".into(),
+            ));
+        }
         let positive = [
             ("limits.max_k", self.limits.max_k),
             ("limits.max_batch_size", self.limits.max_batch_size),

@@ -39,6 +39,7 @@ pub mod db;
 pub mod demo;
 pub mod error;
 pub(crate) mod exec;
+pub mod http;
 pub mod index;
 pub mod kernel;
 pub mod query;

@@ -135,6 +135,17 @@ impl AnnArgs {
 
 #[derive(Subcommand)]
 pub enum Command {
+    /// Serve every dataset under --data over HTTP (builds a demo dataset
+    /// when there is none).
+    Serve {
+        /// The directory whose subdirectories are the datasets.
+        #[arg(long, default_value = "data")]
+        data: PathBuf,
+        /// Address to listen on (default: the config's server.listen,
+        /// 127.0.0.1:8080).
+        #[arg(long)]
+        listen: Option<String>,
+    },
     /// Create (or reuse) a clustered demo dataset and run searches on it.
     Demo {
         /// Where the demo dataset lives.

@@ -21,6 +21,7 @@ pub fn run(cli: Cli) -> Result<()> {
         None => Config::default(),
     };
     match cli.command {
+        Command::Serve { data, listen } => super::serve::run_serve(&data, listen, config),
         Command::Demo { dir } => super::demo::run_demo(&dir, &config),
         Command::Ingest {
             dataset,

@@ -9,3 +9,4 @@ pub mod engine_bench;
 mod fma_peak;
 mod plot;
 pub mod print;
+pub mod serve;

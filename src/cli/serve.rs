@@ -1,0 +1,120 @@
+//! `shoal serve`: the HTTP service over every dataset of a data directory,
+//! with a demo dataset built on first start.
+
+use super::print::progress_printer;
+use shoal::demo::{clustered_vectors, demo_batch, demo_schema};
+use shoal::index::{IndexKind, IndexParams};
+use shoal::{Config, Dataset, Engine, Error, Metric, Result};
+use std::path::Path;
+
+/// Rows and dimension of the demo dataset `serve` creates in an empty
+/// data directory.
+const DEMO_ROWS: usize = 100_000;
+const DEMO_DIM: usize = 128;
+
+/// Runs the service until SIGINT or SIGTERM.
+pub fn run_serve(data_dir: &Path, listen: Option<String>, mut config: Config) -> Result<()> {
+    if let Some(listen) = listen {
+        config.server.listen = listen;
+    }
+    config.validate()?;
+    std::fs::create_dir_all(data_dir).map_err(|e| Error::io(data_dir, e))?;
+    if !has_dataset(data_dir)? {
+        build_demo(&data_dir.join("demo"), &config)?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Internal(format!("cannot start the tokio runtime: {e}")))?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&config.server.listen)
+            .await
+            .map_err(|e| {
+                Error::InvalidArgument(format!("cannot listen on {}: {e}", config.server.listen))
+            })?;
+        let address = listener
+            .local_addr()
+            .map_err(|e| Error::Internal(format!("no local address: {e}")))?;
+        let engine = Engine::start(config, data_dir)?;
+        let names = engine.dataset_names().await?;
+        println!(
+            "shoal serving {} ({}) on http://{address}",
+            data_dir.display(),
+            names.join(", ")
+        );
+        println!("try:");
+        println!("  curl -s http://{address}/v1/datasets");
+        if names.iter().any(|n| n == "demo") {
+            println!(
+                "  curl -s http://{address}/v1/datasets/demo/search -H 'content-type: application/json' \\\n    -d \"{{\\\"vector\\\": $(python3 -c 'print([0.5]*{DEMO_DIM})'), \\\"k\\\": 5, \\\"filter\\\": \\\"len < 20\\\", \\\"select\\\": [\\\"category\\\"]}}\""
+            );
+        }
+        shoal::http::serve(listener, engine, stop_signal()).await?;
+        println!("shoal stopped");
+        Ok(())
+    })
+}
+
+/// Resolves on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+async fn stop_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    eprintln!("stopping: finishing requests in flight");
+}
+
+fn has_dataset(dir: &Path) -> Result<bool> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        if Dataset::exists(entry.path()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The demo: 100,000 seeded clustered vectors of 128 floats with
+/// `category` and `len` columns, indexed with IVF_FLAT (256 partitions).
+fn build_demo(dir: &Path, config: &Config) -> Result<()> {
+    eprintln!(
+        "no dataset under {}: building the demo dataset ({DEMO_ROWS} × {DEMO_DIM}, ivf_flat)",
+        dir.parent().unwrap_or(dir).display()
+    );
+    let mut ds = Dataset::create(
+        dir,
+        demo_schema("vector", DEMO_DIM, Metric::L2)?,
+        config.clone(),
+    )?;
+    let vectors = clustered_vectors(DEMO_ROWS, DEMO_DIM, 256, 42);
+    let chunk = 10_000;
+    let mut progress = progress_printer();
+    let batches = vectors.chunks(chunk * DEMO_DIM).enumerate().map(|(i, c)| {
+        progress("rows", (i + 1) * chunk, DEMO_ROWS);
+        demo_batch("vector", DEMO_DIM, c, i * chunk)
+    });
+    ds.append(batches)?;
+    eprintln!();
+    ds.create_index_with_progress(
+        None,
+        IndexParams::new(IndexKind::IvfFlat, 256),
+        &mut progress_printer(),
+    )?;
+    eprintln!();
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! The HTTP JSON service over an [`Engine`]: `shoal serve`.
+//!
+//! Single searches go through the coalescer (so concurrent HTTP clients
+//! share scans like in-process callers do); batch searches run as one
+//! explicit batch. A client that disconnects drops its handler's future,
+//! which cancels its search. Errors are JSON with the status from the
+//! error's kind (see [`error`]).
+
+pub mod api;
+pub mod error;
+
+use self::api::{hits_json, BatchBody, SearchBody};
+use self::error::ApiError;
+use crate::serve::Engine;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The routes of the service over `engine`.
+pub fn router(engine: Engine) -> Router {
+    let max_body = usize::try_from(engine.config().server.max_body_bytes).unwrap_or(usize::MAX);
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/datasets", get(list_datasets))
+        .route("/v1/datasets/{name}", get(describe_dataset))
+        .route("/v1/datasets/{name}/search", post(search))
+        .route("/v1/datasets/{name}/search/batch", post(search_batch))
+        .route("/v1/datasets/{name}/explain", post(explain))
+        .route("/v1/stats", get(stats))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(engine)
+}
+
+/// Serves `engine` on `listener` until `shutdown` resolves, then stops
+/// accepting, lets requests in flight finish, and shuts the engine down.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    engine: Engine,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> crate::error::Result<()> {
+    let app = router(engine.clone());
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    engine.shutdown().await;
+    served.map_err(|e| crate::error::Error::Internal(format!("the HTTP server failed: {e}")))
+}
+
+/// JSON bodies whose rejections (malformed JSON, wrong types, unknown
+/// fields, too large) answer in the service's error format.
+struct JsonBody<T>(T);
+
+impl<S, T> FromRequest<S> for JsonBody<T>
+where
+    Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(JsonBody(value)),
+            Err(rejection) => {
+                let status = rejection.status();
+                let (status, code) = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    (status, "body_too_large")
+                } else if status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+                    (status, "unsupported_media_type")
+                } else {
+                    (StatusCode::BAD_REQUEST, "malformed_json")
+                };
+                Err(ApiError::new(status, code, rejection.body_text()))
+            }
+        }
+    }
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no_such_route", "no such route")
+}
+
+async fn list_datasets(State(engine): State<Engine>) -> Result<Json<Value>, ApiError> {
+    let names = engine.dataset_names().await?;
+    Ok(Json(json!({ "datasets": names })))
+}
+
+async fn describe_dataset(
+    State(engine): State<Engine>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ds = engine.dataset(&name).await?.latest();
+    let columns: Vec<Value> = ds
+        .schema()
+        .columns
+        .iter()
+        .map(|c| json!({ "name": c.name, "type": c.ty.describe() }))
+        .collect();
+    let segments: Vec<Value> = ds
+        .index_segments()
+        .iter()
+        .map(|s| serde_json::to_value(s).unwrap_or(Value::Null))
+        .collect();
+    Ok(Json(json!({
+        "name": name,
+        "version": ds.version(),
+        "rows": ds.count_rows(),
+        "columns": columns,
+        "index_segments": segments,
+    })))
+}
+
+async fn search(
+    State(engine): State<Engine>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<SearchBody>,
+) -> Result<Json<Value>, ApiError> {
+    let started = Instant::now();
+    let ds = engine.dataset(&name).await?;
+    let (query, timeout_ms) = body.into_query();
+    let response = match timeout_ms {
+        Some(ms) => {
+            ds.search_with_deadline(query, Duration::from_millis(ms))
+                .await?
+        }
+        None => ds.search(query).await?,
+    };
+    Ok(Json(json!({
+        "version": response.version,
+        "hits": hits_json(&response.hits, &response.projection),
+        "took_us": started.elapsed().as_micros() as u64,
+        "batch": { "id": response.batch.id, "size": response.batch.size, "mode": response.batch.mode },
+    })))
+}
+
+async fn search_batch(
+    State(engine): State<Engine>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<BatchBody>,
+) -> Result<Json<Value>, ApiError> {
+    let started = Instant::now();
+    let ds = engine.dataset(&name).await?;
+    let results = ds.search_batch(body.into_batch()).await?;
+    Ok(Json(json!({
+        "version": results.version,
+        "results": results_json(&results),
+        "took_us": started.elapsed().as_micros() as u64,
+    })))
+}
+
+async fn explain(
+    State(engine): State<Engine>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<BatchBody>,
+) -> Result<Json<Value>, ApiError> {
+    let ds = engine.dataset(&name).await?;
+    let (results, profile) = ds.explain(body.into_batch()).await?;
+    Ok(Json(json!({
+        "version": results.version,
+        "results": results_json(&results),
+        "profile": serde_json::to_value(&profile).unwrap_or(Value::Null),
+    })))
+}
+
+fn results_json(results: &crate::query::SearchResults) -> Vec<Value> {
+    results
+        .hits
+        .iter()
+        .enumerate()
+        .map(|(i, hits)| json!({ "query_index": i, "hits": hits_json(hits, &results.projection) }))
+        .collect()
+}
+
+async fn stats(State(engine): State<Engine>) -> Json<Value> {
+    let s = engine.stats();
+    Json(json!({
+        "requests": s.requests,
+        "batches": s.batches,
+        "explicit_batches": s.explicit_batches,
+        "mean_batch_size": s.mean_batch_size(),
+        "rejected_overloaded": s.rejected_overloaded,
+        "deadline_exceeded": s.deadline_exceeded,
+        "cancelled": s.cancelled,
+        "pending": s.pending,
+        "cache_hit_ratio": s.cache_hit_ratio(),
+        "budget_in_use": s.budget_in_use,
+        "budget_limit": s.budget_limit,
+    }))
+}
