@@ -249,3 +249,41 @@ fn index_optimize_and_search_modes_from_the_command_line() {
     ]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("sub-vectors must divide"));
 }
+
+#[cfg(unix)]
+#[test]
+fn serve_answers_http_and_stops_cleanly_on_sigint() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, _) =
+        crate::common::build(&dir.path().join("small"), &[120], 8, shoal::Metric::L2, 4);
+    ds.create_index_with_progress(
+        None,
+        shoal::IndexParams::new(shoal::IndexKind::IvfFlat, 4),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("(small)"), "{first}");
+    let url = first.split("on ").last().unwrap().trim().to_string();
+    let mut response = ureq::get(format!("{url}/v1/datasets")).call().unwrap();
+    let body = response.body_mut().read_to_string().unwrap();
+    assert_eq!(body, r#"{"datasets":["small"]}"#);
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    let rest: Vec<String> = lines.map_while(|l| l.ok()).collect();
+    assert!(rest.iter().any(|l| l == "shoal stopped"), "{rest:?}");
+}
