@@ -15,6 +15,8 @@ use crate::serve::Engine;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
@@ -24,8 +26,8 @@ use std::time::{Duration, Instant};
 /// The routes of the service over `engine`.
 pub fn router(engine: Engine) -> Router {
     let max_body = usize::try_from(engine.config().server.max_body_bytes).unwrap_or(usize::MAX);
-    Router::new()
-        .route("/healthz", get(healthz))
+    let api_key = std::sync::Arc::<str>::from(engine.config().server.api_key.as_str());
+    let protected = Router::new()
         .route("/v1/datasets", get(list_datasets))
         .route("/v1/datasets/{name}", get(describe_dataset))
         .route("/v1/datasets/{name}/search", post(search))
@@ -33,8 +35,50 @@ pub fn router(engine: Engine) -> Router {
         .route("/v1/datasets/{name}/explain", post(explain))
         .route("/v1/stats", get(stats))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| {
+                let api_key = std::sync::Arc::clone(&api_key);
+                async move { authorize(&api_key, req, next).await }
+            },
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(protected)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(engine)
+}
+
+/// Lets a request through when no key is configured or it carries
+/// `Authorization: Bearer <key>`; 401 otherwise.
+async fn authorize(api_key: &str, req: Request, next: Next) -> Response {
+    if api_key.is_empty() {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(presented.as_bytes(), api_key.as_bytes()) {
+        next.run(req).await
+    } else {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid 'Authorization: Bearer <api_key>' header is required",
+        )
+        .into_response()
+    }
+}
+
+/// Compares without an early exit, so the time taken does not reveal how
+/// much of the key a guess got right (only its length).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Serves `engine` on `listener` until `shutdown` resolves, then stops

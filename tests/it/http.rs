@@ -370,3 +370,34 @@ fn bad_requests_get_a_json_error_with_the_right_status_and_change_nothing() {
         before
     );
 }
+
+#[test]
+fn with_an_api_key_only_requests_carrying_it_get_through() {
+    let (_dir, root, _rows) = data_dir();
+    let mut config = Config::default();
+    config.server.api_key = "s3cret-key".into();
+    let server = Server::start(&root, config);
+    let call = |path: &str, token: Option<&str>| -> (u16, serde_json::Value) {
+        let mut request = agent().get(format!("{}{path}", server.url));
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let mut response = request.call().unwrap();
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap();
+        (status, serde_json::from_str(&text).unwrap())
+    };
+    assert_eq!(call("/healthz", None).0, 200, "health checks need no key");
+    for token in [None, Some("wrong"), Some("s3cret-ke"), Some("s3cret-key2")] {
+        let (status, answer) = call("/v1/datasets", token);
+        assert_eq!(status, 401, "{token:?}");
+        assert_eq!(answer["error"]["code"], "unauthorized");
+    }
+    let (status, answer) = call("/v1/datasets", Some("s3cret-key"));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        call("/v2/unknown", None).0,
+        401,
+        "unknown routes are behind the key too"
+    );
+}
