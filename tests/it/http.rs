@@ -401,3 +401,43 @@ fn with_an_api_key_only_requests_carrying_it_get_through() {
         "unknown routes are behind the key too"
     );
 }
+
+#[test]
+fn a_client_that_disconnects_while_queued_cancels_its_search() {
+    use std::io::Write;
+    let (_dir, root, rows) = data_dir();
+    let mut config = Config::default();
+    config.coalescer.window_us = 10_000_000;
+    config.coalescer.flush_when_idle = false;
+    let server = Server::start(&root, config);
+    let stats = || get(&format!("{}/v1/stats", server.url)).1;
+    // Waits (bounded) until the engine's stats satisfy `done`.
+    let wait_for = |done: &dyn Fn(&serde_json::Value) -> bool| {
+        for _ in 0..500 {
+            if done(&stats()) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        false
+    };
+    let body = format!(r#"{{"vector": {}, "k": 3}}"#, json_vector(&rows[5].vector));
+    let address = server.url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "POST /v1/datasets/ds/search HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    assert!(wait_for(&|s| s["pending"] == 1), "the search never queued");
+    drop(stream);
+    assert!(
+        wait_for(&|s| s["pending"] == 0 && s["cancelled"] == 1),
+        "the disconnect did not cancel the queued search: {}",
+        stats()
+    );
+    let after = stats();
+    assert_eq!(after["batches"], 0, "nothing was scanned for it");
+    assert_eq!(after["budget_in_use"], 0);
+}
