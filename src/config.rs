@@ -44,17 +44,19 @@ pub struct ServerConfig {
     pub api_key: String,
 }
 
+/// A size as written in TOML: a number of bytes or a string.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSize {
+    Int(u64),
+    Text(String),
+}
+
 /// A byte count given as a number or a size string (`"16MiB"`).
 fn deserialize_size<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Int(u64),
-        Text(String),
-    }
-    match Raw::deserialize(d)? {
-        Raw::Int(b) => Ok(b),
-        Raw::Text(t) => parse_size(&t).map_err(serde::de::Error::custom),
+    match RawSize::deserialize(d)? {
+        RawSize::Int(b) => Ok(b),
+        RawSize::Text(t) => parse_size(&t).map_err(serde::de::Error::custom),
     }
 }
 
@@ -110,16 +112,10 @@ pub enum CacheCapacity {
 
 impl<'de> Deserialize<'de> for CacheCapacity {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(b) => Ok(CacheCapacity::Bytes(b)),
-            Raw::Text(t) if t.trim().eq_ignore_ascii_case("auto") => Ok(CacheCapacity::Auto),
-            Raw::Text(t) => parse_size(&t)
+        match RawSize::deserialize(d)? {
+            RawSize::Int(b) => Ok(CacheCapacity::Bytes(b)),
+            RawSize::Text(t) if t.trim().eq_ignore_ascii_case("auto") => Ok(CacheCapacity::Auto),
+            RawSize::Text(t) => parse_size(&t)
                 .map(CacheCapacity::Bytes)
                 .map_err(serde::de::Error::custom),
         }

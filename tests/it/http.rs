@@ -103,6 +103,11 @@ fn data_dir() -> (tempfile::TempDir, PathBuf, Vec<Row>) {
     (dir, root, rows)
 }
 
+/// (id, distance) pairs of an in-process answer's first query.
+fn pairs(results: &shoal::SearchResults) -> Vec<(i64, f32)> {
+    results.hits[0].iter().map(|h| (h.id, h.distance)).collect()
+}
+
 fn json_vector(v: &[f32]) -> String {
     serde_json::to_string(v).unwrap()
 }
@@ -150,10 +155,7 @@ fn searches_over_http_answer_what_the_in_process_path_answers() {
                     .nprobes(3),
             )
             .unwrap();
-        let want: Vec<(i64, f32)> = expected.hits[0]
-            .iter()
-            .map(|h| (h.id, h.distance))
-            .collect();
+        let want = pairs(&expected);
         assert_eq!(hits_of(&answer["hits"]), want);
         let first = &answer["hits"][0]["columns"];
         assert!(first["len"].as_i64().unwrap() < 20);
@@ -172,10 +174,7 @@ fn searches_over_http_answer_what_the_in_process_path_answers() {
     assert_eq!(results.len(), vectors.len());
     for (i, r) in results.iter().enumerate() {
         let expected = ds.search(&Query::new(vectors[i].clone(), i + 1)).unwrap();
-        let want: Vec<(i64, f32)> = expected.hits[0]
-            .iter()
-            .map(|h| (h.id, h.distance))
-            .collect();
+        let want = pairs(&expected);
         assert_eq!(hits_of(&r["hits"]), want, "query {i}");
     }
     let (status, explained) = post(
@@ -217,10 +216,7 @@ fn concurrent_http_clients_share_a_batch() {
         let expected = ds
             .search(&Query::new(rows[i * 13].vector.clone(), 2 + i))
             .unwrap();
-        let want: Vec<(i64, f32)> = expected.hits[0]
-            .iter()
-            .map(|h| (h.id, h.distance))
-            .collect();
+        let want = pairs(&expected);
         assert_eq!(hits_of(&answer["hits"]), want);
     }
     let (_, stats) = get(&format!("{}/v1/stats", server.url));
