@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod error;
+pub mod metrics;
 
 use self::api::{hits_json, BatchBody, SearchBody};
 use self::error::ApiError;
@@ -34,6 +35,7 @@ pub fn router(engine: Engine) -> Router {
         .route("/v1/datasets/{name}/search/batch", post(search_batch))
         .route("/v1/datasets/{name}/explain", post(explain))
         .route("/v1/stats", get(stats))
+        .route("/metrics", get(prometheus))
         .fallback(not_found)
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| {
@@ -222,6 +224,19 @@ fn results_json(results: &crate::query::SearchResults) -> Vec<Value> {
         .enumerate()
         .map(|(i, hits)| json!({ "query_index": i, "hits": hits_json(hits, &results.projection) }))
         .collect()
+}
+
+async fn prometheus(State(engine): State<Engine>) -> Result<Response, ApiError> {
+    let text = metrics::render(&engine)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
 }
 
 async fn stats(State(engine): State<Engine>) -> Json<Value> {

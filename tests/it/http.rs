@@ -223,6 +223,29 @@ fn concurrent_http_clients_share_a_batch() {
     assert_eq!(stats["batches"], 1);
     assert_eq!(stats["requests"], 12);
     assert_eq!(stats["budget_in_use"], 0);
+    // The same figures in the Prometheus text format.
+    let mut response = agent()
+        .get(format!("{}/metrics", server.url))
+        .call()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let text = response.body_mut().read_to_string().unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(value("shoal_requests_total"), 12.0);
+    assert_eq!(value("shoal_batches_total"), 1.0, "12 requests, 1 batch");
+    assert_eq!(value("shoal_batch_size_count"), 1.0);
+    assert_eq!(value("shoal_batch_size_sum"), 12.0);
+    assert_eq!(value("shoal_batch_size_bucket{le=\"8.0\"}"), 0.0);
+    assert_eq!(value("shoal_batch_size_bucket{le=\"16.0\"}"), 1.0);
+    assert_eq!(value("shoal_batch_size_bucket{le=\"+Inf\"}"), 1.0);
+    assert_eq!(value("shoal_budget_in_use_bytes"), 0.0);
+    assert_eq!(value("shoal_queue_wait_seconds_count"), 12.0);
 }
 
 #[test]
