@@ -11,8 +11,9 @@
 //! The [`Engine`] serves datasets to many concurrent async callers: each
 //! awaits one search, and the engine gathers concurrent searches that share
 //! their parameters into one shared scan, handing each caller exactly the
-//! rows it would have got alone. The HTTP service comes next.
-//! `ARCHITECTURE.md` has the layers, the data flow and the on-disk format.
+//! rows it would have got alone. [`http`] serves an engine as a JSON API
+//! (`shoal serve`). `ARCHITECTURE.md` has the layers, the data flow and the
+//! on-disk format.
 //!
 //! ```no_run
 //! use shoal::{BatchQuery, Dataset, Query};
