@@ -6,7 +6,7 @@
 //! When the budget is spent, a new batch waits (bounded by a timeout) for
 //! running ones to finish, or fails with [`Error::Overloaded`]. The budget
 //! is a mutex-protected counter and a condition variable from the
-//! [`sync`](super::sync) shim: blocking waits happen on the batch's own
+//! `sync` shim: blocking waits happen on the batch's own
 //! worker thread, never on the async runtime, and loom can model it as is.
 
 use super::sync::{lock, Arc, Condvar, Mutex};
