@@ -19,7 +19,7 @@ pub fn run_serve(data_dir: &Path, listen: Option<String>, mut config: Config) ->
     }
     config.validate()?;
     std::fs::create_dir_all(data_dir).map_err(|e| Error::io(data_dir, e))?;
-    if !has_dataset(data_dir)? {
+    if shoal::serve::dataset_names_in(data_dir)?.is_empty() {
         build_demo(&data_dir.join("demo"), &config)?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -76,17 +76,6 @@ async fn stop_signal() {
         () = term => {}
     }
     eprintln!("stopping: finishing requests in flight");
-}
-
-fn has_dataset(dir: &Path) -> Result<bool> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        if Dataset::exists(entry.path()) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// The demo: 100,000 seeded clustered vectors of 128 floats with

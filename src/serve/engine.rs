@@ -143,20 +143,7 @@ impl Engine {
     /// Names of the datasets under the data directory, sorted.
     pub async fn dataset_names(&self) -> Result<Vec<String>> {
         let dir = self.core.data_dir.clone();
-        blocking(move || {
-            let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
-            let mut names = Vec::new();
-            for entry in entries {
-                let entry = entry.map_err(|e| Error::io(&dir, e))?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if check_name(&name).is_ok() && Dataset::exists(entry.path()) {
-                    names.push(name);
-                }
-            }
-            names.sort();
-            Ok(names)
-        })
-        .await
+        blocking(move || dataset_names_in(&dir)).await
     }
 
     /// A snapshot of the engine's counters, histograms and gauges.
@@ -195,6 +182,23 @@ impl EngineCore {
             Ok(())
         }
     }
+}
+
+/// Names of the datasets an engine on `dir` serves, sorted: the
+/// subdirectories holding a dataset whose names pass [`check_name`].
+/// Reads the directory (blocking).
+pub fn dataset_names_in(dir: &Path) -> Result<Vec<String>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if check_name(&name).is_ok() && Dataset::exists(entry.path()) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// Dataset names are `[A-Za-z0-9_-]{1,64}`: no path can reach outside the

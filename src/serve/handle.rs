@@ -37,6 +37,25 @@ struct HandleInner {
     writes: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
+impl HandleInner {
+    /// A snapshot of the latest version (a poisoned lock still holds a
+    /// whole `Dataset`: writers replace it in one assignment).
+    fn latest(&self) -> Dataset {
+        match self.latest.read() {
+            Ok(d) => d.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Makes `dataset` the latest version.
+    fn publish(&self, dataset: Dataset) {
+        match self.latest.write() {
+            Ok(mut latest) => *latest = dataset,
+            Err(poisoned) => *poisoned.into_inner() = dataset,
+        }
+    }
+}
+
 /// Tells the coalescer that a caller stopped waiting (dropped its future)
 /// unless disarmed. Best effort: a full inbox loses the message, and the
 /// scanner drops the closed caller before its batch starts anyway.
@@ -73,10 +92,7 @@ impl DatasetHandle {
 
     /// The latest version as the engine knows it (a cheap snapshot).
     pub fn latest(&self) -> Dataset {
-        match self.inner.latest.read() {
-            Ok(d) => d.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        self.inner.latest()
     }
 
     /// The latest version's number.
@@ -273,15 +289,9 @@ impl DatasetHandle {
         let inner = Arc::clone(&self.inner);
         blocking(move || {
             let _turn = turn;
-            let mut dataset = match inner.latest.read() {
-                Ok(d) => d.clone(),
-                Err(poisoned) => poisoned.into_inner().clone(),
-            };
+            let mut dataset = inner.latest();
             let out = change(&mut dataset)?;
-            match inner.latest.write() {
-                Ok(mut latest) => *latest = dataset,
-                Err(poisoned) => *poisoned.into_inner() = dataset,
-            }
+            inner.publish(dataset);
             Ok(out)
         })
         .await

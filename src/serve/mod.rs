@@ -33,7 +33,7 @@ pub(crate) mod sync;
 
 pub use blocking::{BlockingDataset, BlockingEngine};
 pub use budget::{BudgetPermit, MemoryBudget};
-pub use engine::Engine;
+pub use engine::{dataset_names_in, Engine};
 pub use handle::DatasetHandle;
 pub use scanner::{BatchInfo, SearchResponse};
 pub use stats::{EngineStats, HistogramSnapshot};

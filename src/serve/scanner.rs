@@ -144,10 +144,14 @@ impl Scanner {
     /// A free scan slot, if there is one now.
     pub(crate) fn try_slot(&self) -> Option<SlotGuard> {
         let permit = Arc::clone(&self.slots).try_acquire_owned().ok()?;
-        Some(SlotGuard {
+        Some(self.guard(permit))
+    }
+
+    fn guard(&self, permit: OwnedSemaphorePermit) -> SlotGuard {
+        SlotGuard {
             permit: Some(permit),
             freed: Arc::clone(&self.slot_freed),
-        })
+        }
     }
 
     /// Scan slots free now.
@@ -280,10 +284,7 @@ impl Scanner {
             .acquire_owned()
             .await
             .map_err(|_| Error::ShuttingDown)?;
-        let slot = SlotGuard {
-            permit: Some(permit),
-            freed: Arc::clone(&self.slot_freed),
-        };
+        let slot = self.guard(permit);
         let n = query.vectors.len();
         let outcome = self
             .scan(slot, snapshot, query, std::future::pending::<()>())
@@ -295,11 +296,7 @@ impl Scanner {
                 Ok((results, profile))
             }
             Some(Err(e)) => {
-                if matches!(e, Error::Overloaded(_)) {
-                    Stats::add(&self.stats.rejected_overloaded, n as u64);
-                } else {
-                    Stats::add(&self.stats.failed_batches, 1);
-                }
+                self.count_failure(&e, n);
                 Err(e)
             }
             None => Err(Error::Cancelled),
@@ -360,12 +357,18 @@ impl Scanner {
         self.stats.scan_us.record(took.as_micros() as u64);
     }
 
-    fn fail(&self, error: &Error, replies: Vec<oneshot::Sender<Result<SearchResponse>>>) {
+    /// Counts a batch of `callers` that failed as a whole: each caller as
+    /// rejected when the budget turned it away, else one failed batch.
+    fn count_failure(&self, error: &Error, callers: usize) {
         if matches!(error, Error::Overloaded(_)) {
-            Stats::add(&self.stats.rejected_overloaded, replies.len() as u64);
+            Stats::add(&self.stats.rejected_overloaded, callers as u64);
         } else {
             Stats::add(&self.stats.failed_batches, 1);
         }
+    }
+
+    fn fail(&self, error: &Error, replies: Vec<oneshot::Sender<Result<SearchResponse>>>) {
+        self.count_failure(error, replies.len());
         tracing::debug!(%error, callers = replies.len(), "batch failed");
         for reply in replies {
             let _ = reply.send(Err(error.clone()));
