@@ -13,7 +13,7 @@ use crate::exec;
 use crate::exec::{CancelToken, Profile};
 use crate::index::ivf::{build_segment, validate_params, LoadedSegment, INDICES_DIR};
 use crate::index::{IndexParams, IndexSegmentMeta, PartitionCache};
-use crate::query::{BatchQuery, Query, SearchResults, ValidatedBatch};
+use crate::query::{BatchQuery, Query, ScalarValue, SearchResults, ValidatedBatch};
 use crate::storage::conform::conform_batch;
 use crate::storage::deletions::{write_deletions, DELETIONS_DIR};
 use crate::storage::fragment::{FragmentWriter, DATA_DIR};
@@ -49,6 +49,15 @@ pub struct VersionInfo {
     pub rows: u64,
     /// Fragments.
     pub fragments: usize,
+}
+
+/// One row read back whole: [`Dataset::row_by_id`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowValues {
+    /// Row id (`fragment << 32 | offset`).
+    pub row_id: u64,
+    /// Every column's value, in schema order.
+    pub values: Vec<(String, ScalarValue)>,
 }
 
 /// Files of the next version written and synced, manifest not yet
@@ -426,6 +435,46 @@ impl Dataset {
             },
             profile,
         ))
+    }
+
+    /// The first visible row whose `id` column is `id` (with duplicate ids,
+    /// the one with the lowest row id), as its row id and every column's
+    /// value in schema order; `None` when no visible row has that id. Reads
+    /// the `id` columns through the column cache, then the one fragment
+    /// holding the row.
+    pub fn row_by_id(&self, id: i64) -> Result<Option<RowValues>> {
+        use arrow_array::Array;
+        for view in self.fragments()? {
+            let ids = view.ids()?;
+            let ids = ids
+                .as_any()
+                .downcast_ref::<arrow_array::Int64Array>()
+                .ok_or_else(|| Error::Internal("the id column is not int64".into()))?;
+            let found = (0..ids.len()).find(|&offset| {
+                ids.is_valid(offset)
+                    && ids.value(offset) == id
+                    && !view
+                        .deleted
+                        .as_ref()
+                        .is_some_and(|d| d.contains(offset as u32))
+            });
+            if let Some(offset) = found {
+                let names: Vec<&str> = self
+                    .schema
+                    .columns
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                let values = exec::materialise::row_values(&view, offset, &names)?;
+                let row_id = (u64::from(view.meta.id) << 32) | offset as u64;
+                let named = names.iter().map(|n| n.to_string()).zip(values).collect();
+                return Ok(Some(RowValues {
+                    row_id,
+                    values: named,
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// The index segments of `column` in this version, opened.

@@ -32,6 +32,28 @@ fn value_at(array: &dyn Array, row: usize) -> Result<ScalarValue> {
     }
 }
 
+fn column_value(data: &ColumnData, offset: usize) -> Result<ScalarValue> {
+    match data {
+        ColumnData::Vectors(v) => Ok(ScalarValue::Vector(v.vector(offset))),
+        ColumnData::Scalars(a) => value_at(a.as_ref(), offset),
+        ColumnData::Deletions(_) => Err(Error::Internal("projected a deletion file".into())),
+    }
+}
+
+/// The values of columns `names` at `offset` of `fragment` (read through
+/// the column cache).
+pub fn row_values(
+    fragment: &FragmentView,
+    offset: usize,
+    names: &[&str],
+) -> Result<Vec<ScalarValue>> {
+    fragment
+        .columns(names)?
+        .iter()
+        .map(|d| column_value(d, offset))
+        .collect()
+}
+
 /// Result rows for each query's candidates, with `projection` columns.
 pub fn hits(
     fragments: &[FragmentView],
@@ -52,13 +74,7 @@ pub fn hits(
             slot.insert(f.columns(&names)?);
         }
     }
-    let value = |data: &ColumnData, offset: usize| -> Result<ScalarValue> {
-        match data {
-            ColumnData::Vectors(v) => Ok(ScalarValue::Vector(v.vector(offset))),
-            ColumnData::Scalars(a) => value_at(a.as_ref(), offset),
-            ColumnData::Deletions(_) => Err(Error::Internal("projected a deletion file".into())),
-        }
-    };
+    let value = column_value;
     candidates
         .iter()
         .map(|cands| {

@@ -136,7 +136,8 @@ pub fn hits_json(hits: &[Hit], projection: &[String]) -> Vec<HitJson> {
         .collect()
 }
 
-fn scalar_json(v: &ScalarValue) -> Value {
+/// One value as JSON (a non-finite float becomes `null`).
+pub fn scalar_json(v: &ScalarValue) -> Value {
     match v {
         ScalarValue::Null => Value::Null,
         ScalarValue::Bool(b) => Value::Bool(*b),

@@ -6,48 +6,135 @@
 //! which cancels its search. Errors are JSON with the status from the
 //! error's kind (see [`error`]).
 
+pub mod admin;
 pub mod api;
 pub mod error;
+pub mod jobs;
 pub mod metrics;
 
 use self::api::{hits_json, BatchBody, SearchBody};
 use self::error::ApiError;
+use self::jobs::IndexJobs;
 use crate::serve::Engine;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRef, FromRequest, Path, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// One route the service answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// HTTP method (upper case).
+    pub method: &'static str,
+    /// Path, with `{name}` parameters as in OpenAPI.
+    pub path: &'static str,
+    /// Served without the API key (health); every other route needs it
+    /// when one is configured.
+    pub public: bool,
+}
+
+const fn route(method: &'static str, path: &'static str, public: bool) -> Route {
+    Route {
+        method,
+        path,
+        public,
+    }
+}
+
+/// Every route of the service; the router is built from this list.
+pub const ROUTES: &[Route] = &[
+    route("GET", "/healthz", true),
+    route("GET", "/metrics", false),
+    route("GET", "/v1/stats", false),
+    route("GET", "/v1/datasets", false),
+    route("POST", "/v1/datasets", false),
+    route("GET", "/v1/datasets/{name}", false),
+    route("POST", "/v1/datasets/{name}/search", false),
+    route("POST", "/v1/datasets/{name}/search/batch", false),
+    route("POST", "/v1/datasets/{name}/explain", false),
+    route("POST", "/v1/datasets/{name}/rows", false),
+    route("GET", "/v1/datasets/{name}/rows/{id}", false),
+    route("POST", "/v1/datasets/{name}/delete", false),
+    route("GET", "/v1/datasets/{name}/indexes", false),
+    route("POST", "/v1/datasets/{name}/indexes", false),
+];
+
+/// What every handler can reach: the engine and the index jobs.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// The engine serving the datasets.
+    pub engine: Engine,
+    /// Background index builds and their outcomes.
+    pub jobs: Arc<IndexJobs>,
+}
+
+impl FromRef<AppState> for Engine {
+    fn from_ref(state: &AppState) -> Engine {
+        state.engine.clone()
+    }
+}
+
+/// The handler of one entry of [`ROUTES`]; `None` for a pair not in it.
+fn handler(method: &str, path: &str) -> Option<MethodRouter<AppState>> {
+    Some(match (method, path) {
+        ("GET", "/healthz") => get(healthz),
+        ("GET", "/metrics") => get(prometheus),
+        ("GET", "/v1/stats") => get(stats),
+        ("GET", "/v1/datasets") => get(list_datasets),
+        ("POST", "/v1/datasets") => post(admin::create_dataset),
+        ("GET", "/v1/datasets/{name}") => get(admin::describe_dataset),
+        ("POST", "/v1/datasets/{name}/search") => post(search),
+        ("POST", "/v1/datasets/{name}/search/batch") => post(search_batch),
+        ("POST", "/v1/datasets/{name}/explain") => post(explain),
+        ("POST", "/v1/datasets/{name}/rows") => post(admin::append_rows),
+        ("GET", "/v1/datasets/{name}/rows/{id}") => get(admin::get_row),
+        ("POST", "/v1/datasets/{name}/delete") => post(admin::delete_rows),
+        ("GET", "/v1/datasets/{name}/indexes") => get(jobs::list_indexes),
+        ("POST", "/v1/datasets/{name}/indexes") => post(jobs::start_index_job),
+        _ => return None,
+    })
+}
 
 /// The routes of the service over `engine`.
 pub fn router(engine: Engine) -> Router {
     let max_body = usize::try_from(engine.config().server.max_body_bytes).unwrap_or(usize::MAX);
-    let api_key = std::sync::Arc::<str>::from(engine.config().server.api_key.as_str());
-    let protected = Router::new()
-        .route("/v1/datasets", get(list_datasets))
-        .route("/v1/datasets/{name}", get(describe_dataset))
-        .route("/v1/datasets/{name}/search", post(search))
-        .route("/v1/datasets/{name}/search/batch", post(search_batch))
-        .route("/v1/datasets/{name}/explain", post(explain))
-        .route("/v1/stats", get(stats))
-        .route("/metrics", get(prometheus))
+    let api_key = Arc::<str>::from(engine.config().server.api_key.as_str());
+    let mut public = Router::new();
+    let mut protected = Router::new();
+    for r in ROUTES {
+        let Some(h) = handler(r.method, r.path) else {
+            continue;
+        };
+        if r.public {
+            public = public.route(r.path, h);
+        } else {
+            protected = protected.route(r.path, h);
+        }
+    }
+    let protected = protected
         .fallback(not_found)
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| {
-                let api_key = std::sync::Arc::clone(&api_key);
+                let api_key = Arc::clone(&api_key);
                 async move { authorize(&api_key, req, next).await }
             },
         ));
     Router::new()
-        .route("/healthz", get(healthz))
+        .merge(public)
         .merge(protected)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
-        .with_state(engine)
+        .with_state(AppState {
+            engine,
+            jobs: Arc::default(),
+        })
 }
 
 /// Lets a request through when no key is configured or it carries
@@ -135,34 +222,17 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "no_such_route", "no such route")
 }
 
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method (see GET /openapi.json)",
+    )
+}
+
 async fn list_datasets(State(engine): State<Engine>) -> Result<Json<Value>, ApiError> {
     let names = engine.dataset_names().await?;
     Ok(Json(json!({ "datasets": names })))
-}
-
-async fn describe_dataset(
-    State(engine): State<Engine>,
-    Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let ds = engine.dataset(&name).await?.latest();
-    let columns: Vec<Value> = ds
-        .schema()
-        .columns
-        .iter()
-        .map(|c| json!({ "name": c.name, "type": c.ty.describe() }))
-        .collect();
-    let segments: Vec<Value> = ds
-        .index_segments()
-        .iter()
-        .map(|s| serde_json::to_value(s).unwrap_or(Value::Null))
-        .collect();
-    Ok(Json(json!({
-        "name": name,
-        "version": ds.version(),
-        "rows": ds.count_rows(),
-        "columns": columns,
-        "index_segments": segments,
-    })))
 }
 
 async fn search(

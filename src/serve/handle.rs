@@ -23,6 +23,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+/// A progress callback of an index build: `(stage, done, total)`, called
+/// from the blocking thread the build runs on.
+pub type IndexProgress = Box<dyn FnMut(&str, usize, usize) + Send>;
+
 /// A served dataset. Cheap to clone; `Send + Sync`.
 #[derive(Clone, Debug)]
 pub struct DatasetHandle {
@@ -250,14 +254,34 @@ impl DatasetHandle {
 
     /// Appends rows as a new version; returns how many were added.
     pub async fn append(&self, batches: Vec<RecordBatch>) -> Result<u64> {
-        self.write(move |ds| ds.append(batches.into_iter().map(Ok)))
-            .await
+        Ok(self.append_versioned(batches).await?.1)
+    }
+
+    /// [`DatasetHandle::append`], with the version it committed:
+    /// `(version, rows added)`.
+    pub async fn append_versioned(&self, batches: Vec<RecordBatch>) -> Result<(u64, u64)> {
+        self.write(move |ds| {
+            let added = ds.append(batches.into_iter().map(Ok))?;
+            Ok((ds.version(), added))
+        })
+        .await
     }
 
     /// Deletes the rows matching `filter` as a new version; returns how many.
     pub async fn delete(&self, filter: &str) -> Result<u64> {
+        Ok(self.delete_versioned(filter).await?.1)
+    }
+
+    /// [`DatasetHandle::delete`], with the version it leaves the dataset
+    /// at: `(version, rows deleted)` (deleting nothing commits nothing and
+    /// answers the version as it was).
+    pub async fn delete_versioned(&self, filter: &str) -> Result<(u64, u64)> {
         let filter = filter.to_string();
-        self.write(move |ds| ds.delete(&filter)).await
+        self.write(move |ds| {
+            let deleted = ds.delete(&filter)?;
+            Ok((ds.version(), deleted))
+        })
+        .await
     }
 
     /// Builds an index over `column` (the only vector column when `None`),
@@ -271,9 +295,40 @@ impl DatasetHandle {
             .await
     }
 
+    /// [`DatasetHandle::create_index`], reporting `(stage, done, total)` to
+    /// `progress` from the blocking thread while it runs (k-means
+    /// iterations, rows assigned, partitions written). Answers the segment
+    /// and the version it committed.
+    pub async fn create_index_with_progress(
+        &self,
+        column: Option<String>,
+        params: IndexParams,
+        mut progress: IndexProgress,
+    ) -> Result<(IndexSegmentMeta, u64)> {
+        self.write(move |ds| {
+            let meta = ds.create_index_with_progress(column.as_deref(), params, &mut *progress)?;
+            Ok((meta, ds.version()))
+        })
+        .await
+    }
+
     /// Indexes the fragments no segment covers yet (delta segments).
     pub async fn optimize(&self) -> Result<Vec<IndexSegmentMeta>> {
         self.write(|ds| ds.optimize(&mut |_, _, _| {})).await
+    }
+
+    /// [`DatasetHandle::optimize`], reporting progress like
+    /// [`DatasetHandle::create_index_with_progress`]. Answers the new
+    /// segments and the version the dataset is at afterwards.
+    pub async fn optimize_with_progress(
+        &self,
+        mut progress: IndexProgress,
+    ) -> Result<(Vec<IndexSegmentMeta>, u64)> {
+        self.write(move |ds| {
+            let built = ds.optimize(&mut *progress)?;
+            Ok((built, ds.version()))
+        })
+        .await
     }
 
     /// Runs one write at a time on a blocking thread and publishes the new

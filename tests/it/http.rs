@@ -460,3 +460,317 @@ fn a_client_that_disconnects_while_queued_cancels_its_search() {
     assert_eq!(after["batches"], 0, "nothing was scanned for it");
     assert_eq!(after["budget_in_use"], 0);
 }
+
+/// Polls `GET /v1/datasets/{name}/indexes` until job `id` is no longer
+/// running (bounded); returns the job.
+fn wait_for_job(url: &str, name: &str, id: &serde_json::Value) -> serde_json::Value {
+    for _ in 0..1000 {
+        let (status, answer) = get(&format!("{url}/v1/datasets/{name}/indexes"));
+        assert_eq!(status, 200, "{answer}");
+        let job = answer["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| &j["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("job {id} missing: {answer}"));
+        if job["state"] != "running" {
+            return job;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("job {id} never finished");
+}
+
+/// `n` JSON rows for the `docs` dataset of the admin tests (dimension 4),
+/// seeded; ids from `first`.
+fn doc_rows(first: i64, n: usize) -> Vec<serde_json::Value> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(first as u64 + 7);
+    (0..n)
+        .map(|i| {
+            let id = first + i as i64;
+            let v: Vec<f32> = (0..4).map(|_| rng.random_range(-8i32..=8) as f32).collect();
+            serde_json::json!({ "id": id, "emb": v, "title": format!("doc {id}"), "n": id % 10 })
+        })
+        .collect()
+}
+
+fn docs_schema() -> serde_json::Value {
+    serde_json::json!({
+        "name": "docs",
+        "columns": [
+            { "name": "emb", "type": "vector", "dim": 4, "metric": "l2" },
+            { "name": "title", "type": "string" },
+            { "name": "n", "type": "int64" },
+        ]
+    })
+}
+
+#[test]
+fn admin_endpoints_create_append_read_delete_and_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), Config::default());
+    let url = server.url.clone();
+    let (status, created) = post(&format!("{url}/v1/datasets"), &docs_schema().to_string());
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["name"], "docs");
+    assert_eq!(created["version"], 1);
+    assert_eq!(created["rows"], 0);
+    assert_eq!(
+        created["columns"],
+        serde_json::json!([
+            { "name": "id", "type": "int64" },
+            { "name": "emb", "type": "vector", "dim": 4, "metric": "l2" },
+            { "name": "title", "type": "utf8" },
+            { "name": "n", "type": "int64" },
+        ])
+    );
+    let (status, again) = post(&format!("{url}/v1/datasets"), &docs_schema().to_string());
+    assert_eq!(
+        (status, again["error"]["code"].as_str()),
+        (409, Some("dataset_exists"))
+    );
+    assert_eq!(
+        get(&format!("{url}/v1/datasets")).1["datasets"],
+        serde_json::json!(["docs"])
+    );
+
+    // Append 200 rows, read one back, find it by its own vector.
+    let rows = doc_rows(0, 200);
+    let (status, appended) = post(
+        &format!("{url}/v1/datasets/docs/rows"),
+        &serde_json::json!({ "rows": rows }).to_string(),
+    );
+    assert_eq!(status, 200, "{appended}");
+    assert_eq!(appended, serde_json::json!({ "version": 2, "rows": 200 }));
+    let (status, row) = get(&format!("{url}/v1/datasets/docs/rows/37"));
+    assert_eq!(status, 200, "{row}");
+    assert_eq!(row["columns"]["emb"], rows[37]["emb"]);
+    assert_eq!(row["columns"]["title"], "doc 37");
+    let (status, found) = post(
+        &format!("{url}/v1/datasets/docs/search"),
+        &serde_json::json!({ "vector": rows[37]["emb"], "k": 1, "filter": "n = 7", "select": ["title"] })
+            .to_string(),
+    );
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(found["hits"][0]["distance"], 0.0);
+    assert_eq!(found["hits"][0]["columns"]["title"], "doc 37");
+
+    // Delete by filter.
+    let (status, deleted) = post(
+        &format!("{url}/v1/datasets/docs/delete"),
+        r#"{"filter": "n = 3 OR title = 'doc 0'"}"#,
+    );
+    assert_eq!(status, 200, "{deleted}");
+    assert_eq!(deleted, serde_json::json!({ "version": 3, "deleted": 21 }));
+    let (status, gone) = get(&format!("{url}/v1/datasets/docs/rows/13"));
+    assert_eq!(
+        (status, gone["error"]["code"].as_str()),
+        (404, Some("row_not_found"))
+    );
+    let (_, nothing) = post(
+        &format!("{url}/v1/datasets/docs/delete"),
+        r#"{"filter": "n = 3"}"#,
+    );
+    assert_eq!(nothing, serde_json::json!({ "version": 3, "deleted": 0 }));
+
+    // Build an index in the background and watch it finish.
+    let (status, accepted) = post(
+        &format!("{url}/v1/datasets/docs/indexes"),
+        r#"{"type": "ivf_flat", "partitions": 4, "iterations": 5}"#,
+    );
+    assert_eq!(status, 202, "{accepted}");
+    assert_eq!(accepted["job"]["operation"], "create_index");
+    let job = wait_for_job(&url, "docs", &accepted["job"]["id"]);
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["result"]["version"], 4);
+    assert!(job["finished_ms"].as_u64().unwrap() >= job["started_ms"].as_u64().unwrap());
+    assert!(job["progress"]["stage"].is_string(), "{job}");
+    let (_, indexes) = get(&format!("{url}/v1/datasets/docs/indexes"));
+    assert_eq!(indexes["segments"].as_array().unwrap().len(), 1);
+    assert_eq!(indexes["segments"][0]["rows"], 179);
+
+    // New rows, then optimize: a delta segment.
+    let (status, _) = post(
+        &format!("{url}/v1/datasets/docs/rows"),
+        &serde_json::json!({ "rows": doc_rows(200, 50) }).to_string(),
+    );
+    assert_eq!(status, 200);
+    let (status, accepted) = post(
+        &format!("{url}/v1/datasets/docs/indexes"),
+        r#"{"optimize": true}"#,
+    );
+    assert_eq!(status, 202, "{accepted}");
+    let job = wait_for_job(&url, "docs", &accepted["job"]["id"]);
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["result"]["version"], 6);
+    let (_, info) = get(&format!("{url}/v1/datasets/docs"));
+    assert_eq!(info["version"], 6);
+    assert_eq!(info["rows"], 229);
+    assert_eq!(info["index_segments"].as_array().unwrap().len(), 2);
+    assert_eq!(info["version_count"], 6);
+    let ops: Vec<&str> = info["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["operation"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            "create",
+            "append",
+            "delete",
+            "create_index",
+            "append",
+            "optimize"
+        ]
+    );
+    // The indexed dataset answers like the in-process path.
+    let ds = shoal::Dataset::open(dir.path().join("docs")).unwrap();
+    let v: Vec<f32> = serde_json::from_value(rows[60]["emb"].clone()).unwrap();
+    let (_, answer) = post(
+        &format!("{url}/v1/datasets/docs/search"),
+        &serde_json::json!({ "vector": v, "k": 5, "nprobes": 2 }).to_string(),
+    );
+    let expected = ds.search(&Query::new(v, 5).nprobes(2)).unwrap();
+    assert_eq!(hits_of(&answer["hits"]), pairs(&expected));
+}
+
+/// Files under `dir`, recursively (to see that nothing was written).
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn bad_admin_requests_get_a_4xx_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), Config::default());
+    let url = server.url.clone();
+    let (status, _) = post(&format!("{url}/v1/datasets"), &docs_schema().to_string());
+    assert_eq!(status, 201);
+    let (status, _) = post(
+        &format!("{url}/v1/datasets/docs/rows"),
+        &serde_json::json!({ "rows": doc_rows(0, 20) }).to_string(),
+    );
+    assert_eq!(status, 200);
+    let before = files_under(dir.path());
+    let create = format!("{url}/v1/datasets");
+    let rows = format!("{url}/v1/datasets/docs/rows");
+    let delete = format!("{url}/v1/datasets/docs/delete");
+    let indexes = format!("{url}/v1/datasets/docs/indexes");
+    let good = r#"{"id": 99, "emb": [1, 2, 3, 4], "title": "ok", "n": 1}"#;
+    let cases: Vec<(String, String, u16, &str)> = vec![
+        // Creating datasets.
+        (create.clone(), String::new(), 400, "malformed_json"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name""#.into(), 400, "malformed_json"),
+        (create.clone(), r#"{"name": "x", "columns": [], "extra": 1}"#.into(), 400, "malformed_json"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name": "v", "type": "vector", "dims": 3}]}"#.into(), 400, "malformed_json"),
+        (create.clone(), r#"{"name": "../x", "columns": [{"name": "v", "type": "vector", "dim": 3}]}"#.into(), 400, "invalid_argument"),
+        (create.clone(), r#"{"name": "", "columns": [{"name": "v", "type": "vector", "dim": 3}]}"#.into(), 400, "invalid_argument"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name": "v", "type": "vector"}]}"#.into(), 400, "invalid_argument"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name": "v", "type": "vector", "dim": 0}]}"#.into(), 400, "invalid_argument"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name": "v", "type": "vector", "dim": 3, "metric": "hamming"}]}"#.into(), 400, "malformed_json"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name": "v", "type": "vector", "dim": 99999999}]}"#.into(), 400, "invalid_argument"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name": "t", "type": "string"}]}"#.into(), 400, "invalid_argument"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name": "v", "type": "vector", "dim": 3}, {"name": "v", "type": "int64"}]}"#.into(), 400, "invalid_argument"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name": "v", "type": "vector", "dim": 3}, {"name": "t", "type": "text"}]}"#.into(), 400, "invalid_argument"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name": "v", "type": "vector", "dim": 3}, {"name": "t", "type": "int64", "dim": 2}]}"#.into(), 400, "invalid_argument"),
+        (create.clone(), r#"{"name": "x", "columns": [{"name": "v", "type": "vector", "dim": 3}, {"name": "id", "type": "utf8"}]}"#.into(), 400, "wrong_column_type"),
+        // Appending rows.
+        (rows.clone(), String::new(), 400, "malformed_json"),
+        (rows.clone(), format!(r#"{{"rows": [{good}"#), 400, "malformed_json"),
+        (rows.clone(), r#"{"rows": []}"#.into(), 400, "invalid_argument"),
+        (rows.clone(), format!(r#"{{"rows": [{good}], "mode": "overwrite"}}"#), 400, "malformed_json"),
+        (rows.clone(), r#"{"rows": [{"emb": [1, 2, NaN, 4]}]}"#.into(), 400, "malformed_json"),
+        (rows.clone(), r#"{"rows": [{"emb": [1, 2, "NaN", 4]}]}"#.into(), 400, "malformed_input"),
+        (rows.clone(), r#"{"rows": [{"emb": [1, 2, 1e39, 4]}]}"#.into(), 400, "schema_mismatch"),
+        (rows.clone(), r#"{"rows": [{"emb": [1, 2, 3]}]}"#.into(), 400, "schema_mismatch"),
+        (rows.clone(), format!(r#"{{"rows": [{good}, {{"title": "no vector"}}]}}"#), 400, "schema_mismatch"),
+        (rows.clone(), r#"{"rows": [{"title": "no vector at all"}]}"#.into(), 400, "schema_mismatch"),
+        (rows.clone(), format!(r#"{{"rows": [{good}, {{"emb": [1, 2, 3, 4], "title": 5}}]}}"#), 400, "malformed_input"),
+        (rows.clone(), format!(r#"{{"rows": [{good}, {{"emb": [1, 2, 3, 4], "body": "x"}}]}}"#), 400, "malformed_input"),
+        (rows.clone(), r#"{"rows": [{"emb": [1, 2, 3, 4], "id": "seven"}]}"#.into(), 400, "malformed_input"),
+        (rows.clone(), r#"{"rows": [[1, 2, 3, 4]]}"#.into(), 400, "malformed_json"),
+        // Deleting.
+        (delete.clone(), String::new(), 400, "malformed_json"),
+        (delete.clone(), r#"{}"#.into(), 400, "malformed_json"),
+        (delete.clone(), r#"{"filter": ""}"#.into(), 400, "bad_filter"),
+        (delete.clone(), r#"{"filter": "n = 1; DROP TABLE docs"}"#.into(), 400, "bad_filter"),
+        (delete.clone(), r#"{"filter": "n = 1 OR 1=1 --"}"#.into(), 400, "bad_filter"),
+        (delete.clone(), r#"{"filter": "title = '' OR ''=''; DELETE FROM docs"}"#.into(), 400, "bad_filter"),
+        (delete.clone(), r#"{"filter": "nope = 1"}"#.into(), 400, "bad_filter"),
+        (delete.clone(), r#"{"filter": "emb = 1"}"#.into(), 400, "bad_filter"),
+        // Index jobs.
+        (indexes.clone(), String::new(), 400, "malformed_json"),
+        (indexes.clone(), r#"{}"#.into(), 400, "invalid_argument"),
+        (indexes.clone(), r#"{"type": "ivf_flat"}"#.into(), 400, "invalid_argument"),
+        (indexes.clone(), r#"{"type": "hnsw", "partitions": 2}"#.into(), 400, "invalid_argument"),
+        (indexes.clone(), r#"{"type": "ivf_flat", "partitions": 0}"#.into(), 400, "invalid_argument"),
+        (indexes.clone(), r#"{"type": "ivf_flat", "partitions": 21}"#.into(), 400, "invalid_argument"),
+        (indexes.clone(), r#"{"type": "ivf_flat", "partitions": 2, "iterations": 1000000}"#.into(), 400, "limit_exceeded"),
+        (indexes.clone(), r#"{"type": "ivf_pq", "partitions": 2}"#.into(), 400, "invalid_argument"),
+        (indexes.clone(), r#"{"type": "ivf_pq", "partitions": 2, "sub_vectors": 3}"#.into(), 400, "invalid_argument"),
+        (indexes.clone(), r#"{"type": "ivf_flat", "partitions": 2, "sub_vectors": 2}"#.into(), 400, "invalid_argument"),
+        (indexes.clone(), r#"{"type": "ivf_flat", "partitions": 2, "column": "title"}"#.into(), 400, "wrong_column_type"),
+        (indexes.clone(), r#"{"type": "ivf_flat", "partitions": 2, "column": "nope"}"#.into(), 400, "unknown_column"),
+        (indexes.clone(), r#"{"type": "ivf_flat", "partitions": 2, "shards": 2}"#.into(), 400, "malformed_json"),
+        (indexes.clone(), r#"{"optimize": true}"#.into(), 400, "invalid_argument"),
+        (indexes.clone(), r#"{"optimize": true, "type": "ivf_flat"}"#.into(), 400, "invalid_argument"),
+        // Unknown or unreachable datasets.
+        (format!("{url}/v1/datasets/missing/rows"), format!(r#"{{"rows": [{good}]}}"#), 404, "dataset_not_found"),
+        (format!("{url}/v1/datasets/..%2F..%2Fetc/rows"), format!(r#"{{"rows": [{good}]}}"#), 400, "invalid_argument"),
+        (format!("{url}/v1/datasets/missing/delete"), r#"{"filter": "n = 1"}"#.into(), 404, "dataset_not_found"),
+        (format!("{url}/v1/datasets/missing/indexes"), r#"{"optimize": true}"#.into(), 404, "dataset_not_found"),
+    ];
+    for (target, body, status, code) in cases {
+        let (got, answer) = post(&target, &body);
+        let short: String = body.chars().take(90).collect();
+        assert_eq!(got, status, "{target} {short}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{target} {short}: {answer}");
+        assert!(answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    for (path, status, code) in [
+        ("/v1/datasets/docs/rows/abc", 400, "invalid_argument"),
+        ("/v1/datasets/docs/rows/12345", 404, "row_not_found"),
+        ("/v1/datasets/missing/rows/1", 404, "dataset_not_found"),
+        ("/v1/datasets/..%2Fetc", 400, "invalid_argument"),
+        ("/v1/datasets/missing/indexes", 404, "dataset_not_found"),
+    ] {
+        let (got, answer) = get(&format!("{url}{path}"));
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{path}: {answer}"
+        );
+    }
+    // A wrong method is a JSON 405.
+    let (status, answer) = get(&format!("{url}/v1/datasets/docs/search"));
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (405, Some("method_not_allowed"))
+    );
+    // Nothing was written: same version, same files, no job started.
+    let (_, info) = get(&format!("{url}/v1/datasets/docs"));
+    assert_eq!(info["version"], 2);
+    assert_eq!(info["rows"], 20);
+    assert_eq!(
+        get(&format!("{url}/v1/datasets")).1["datasets"],
+        serde_json::json!(["docs"])
+    );
+    assert_eq!(get(&indexes).1["jobs"], serde_json::json!([]));
+    assert_eq!(files_under(dir.path()), before);
+}

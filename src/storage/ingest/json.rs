@@ -3,12 +3,17 @@
 
 use super::*;
 
+/// Where row `i` of a chunk came from, for error messages
+/// (`line 12` of a file, `rows[3]` of a request).
+pub(super) type RowLabel<'a> = &'a dyn Fn(usize) -> String;
+
 /// Builds one Arrow column per schema column named in `rows` (missing keys
-/// become nulls). `skip` names a column supplied elsewhere.
+/// become nulls). `skip` names a column supplied elsewhere; `label` names
+/// a row in errors.
 pub(super) fn json_columns(
     rows: &[Map<String, Value>],
     schema: &Schema,
-    first_line: u64,
+    label: RowLabel<'_>,
     path: &Path,
     skip: Option<&str>,
 ) -> Result<Vec<(String, ArrayRef)>> {
@@ -18,8 +23,8 @@ pub(super) fn json_columns(
                 return Err(Error::malformed(
                     path,
                     format!(
-                        "line {}: field '{key}' is not a column of the dataset (columns: {})",
-                        first_line + i as u64 + 1,
+                        "{}: field '{key}' is not a column of the dataset (columns: {})",
+                        label(i),
                         schema.names().join(", ")
                     ),
                 ));
@@ -34,11 +39,7 @@ pub(super) fn json_columns(
         let bad = |i: usize, what: &str| {
             Error::malformed(
                 path,
-                format!(
-                    "line {}: field '{}' should be {what}",
-                    first_line + i as u64 + 1,
-                    col.name
-                ),
+                format!("{}: field '{}' should be {what}", label(i), col.name),
             )
         };
         let values = rows

@@ -136,8 +136,9 @@ impl Chunk {
                 let mut fields = vec![(column.clone(), vectors)];
                 if let Some(rows) = meta {
                     let meta_path = path.to_path_buf();
+                    let label = |i: usize| format!("line {}", first_row + i as u64 + 1);
                     for (name, array) in
-                        json_columns(&rows, schema, first_row, &meta_path, Some(&column))?
+                        json_columns(&rows, schema, &label, &meta_path, Some(&column))?
                     {
                         fields.push((name, array));
                     }
@@ -146,11 +147,30 @@ impl Chunk {
             }
             Chunk::Json { rows, first_line } => {
                 let n = rows.len();
-                batch_from(json_columns(&rows, schema, first_line, path, None)?, n)
+                let label = |i: usize| format!("line {}", first_line + i as u64 + 1);
+                batch_from(json_columns(&rows, schema, &label, path, None)?, n)
             }
             Chunk::Arrow(batch) => Ok(batch),
         }
     }
+}
+
+/// JSON objects (one per row, keyed by column name) as a record batch for
+/// `schema`, to be conformed on append like any ingest chunk. Fields that
+/// are not columns, values of the wrong type and vectors holding anything
+/// but numbers are [`Error::MalformedInput`] naming `source` and the row
+/// (`rows[i]`, counted from 0); a missing vector, a wrong dimension or a
+/// non-finite value is caught when the batch is conformed.
+pub fn json_rows_batch(
+    rows: &[Map<String, Value>],
+    schema: &Schema,
+    source: &str,
+) -> Result<RecordBatch> {
+    let label = |i: usize| format!("rows[{i}]");
+    batch_from(
+        json_columns(rows, schema, &label, Path::new(source), None)?,
+        rows.len(),
+    )
 }
 
 fn batch_from(fields: Vec<(String, ArrayRef)>, rows: usize) -> Result<RecordBatch> {
