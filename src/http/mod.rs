@@ -35,8 +35,8 @@ pub struct Route {
     pub method: &'static str,
     /// Path, with `{name}` parameters as in OpenAPI.
     pub path: &'static str,
-    /// Served without the API key (health); every other route needs it
-    /// when one is configured.
+    /// Served without the API key (the console page, health); every
+    /// other route needs it when one is configured.
     pub public: bool,
 }
 
@@ -50,6 +50,7 @@ const fn route(method: &'static str, path: &'static str, public: bool) -> Route 
 
 /// Every route of the service; the router is built from this list.
 pub const ROUTES: &[Route] = &[
+    route("GET", "/", true),
     route("GET", "/healthz", true),
     route("GET", "/metrics", false),
     route("GET", "/v1/stats", false),
@@ -65,6 +66,9 @@ pub const ROUTES: &[Route] = &[
     route("GET", "/v1/datasets/{name}/indexes", false),
     route("POST", "/v1/datasets/{name}/indexes", false),
 ];
+
+/// The web console, one static page (`GET /`).
+pub const CONSOLE_HTML: &str = include_str!("console.html");
 
 /// What every handler can reach: the engine and the index jobs.
 #[derive(Clone, Debug)]
@@ -84,6 +88,7 @@ impl FromRef<AppState> for Engine {
 /// The handler of one entry of [`ROUTES`]; `None` for a pair not in it.
 fn handler(method: &str, path: &str) -> Option<MethodRouter<AppState>> {
     Some(match (method, path) {
+        ("GET", "/") => get(console),
         ("GET", "/healthz") => get(healthz),
         ("GET", "/metrics") => get(prometheus),
         ("GET", "/v1/stats") => get(stats),
@@ -230,6 +235,17 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
+async fn console() -> Response {
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        CONSOLE_HTML,
+    )
+        .into_response()
+}
+
 async fn list_datasets(State(engine): State<Engine>) -> Result<Json<Value>, ApiError> {
     let names = engine.dataset_names().await?;
     Ok(Json(json!({ "datasets": names })))
@@ -321,7 +337,52 @@ async fn stats(State(engine): State<Engine>) -> Json<Value> {
         "cancelled": s.cancelled,
         "pending": s.pending,
         "cache_hit_ratio": s.cache_hit_ratio(),
+        "batched_requests": s.batch_size.sum,
+        "queue_wait_mean_us": s.queue_wait_us.mean(),
+        "queue_wait_p99_us": quantile_bound(&s.queue_wait_us, 0.99),
+        "scan_p99_us": quantile_bound(&s.scan_us, 0.99),
         "budget_in_use": s.budget_in_use,
         "budget_limit": s.budget_limit,
     }))
+}
+
+/// The upper bound of the bucket holding quantile `q` of `h` (`None`
+/// when empty, or when it falls in the unbounded last bucket).
+fn quantile_bound(h: &crate::serve::HistogramSnapshot, q: f64) -> Option<u64> {
+    let n = h.count();
+    if n == 0 {
+        return None;
+    }
+    let rank = ((n as f64) * q).ceil().max(1.0) as u64;
+    let mut seen = 0u64;
+    for (i, c) in h.counts.iter().enumerate() {
+        seen += c;
+        if seen >= rank {
+            return h.bounds.get(i).copied();
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantile_bound_reads_the_bucket_holding_the_rank() {
+        let h = crate::serve::HistogramSnapshot {
+            bounds: vec![10, 100, 1000],
+            counts: vec![98, 1, 1, 0],
+            sum: 0,
+        };
+        assert_eq!(quantile_bound(&h, 0.5), Some(10));
+        assert_eq!(quantile_bound(&h, 0.99), Some(100));
+        assert_eq!(quantile_bound(&h, 1.0), Some(1000));
+        let empty = crate::serve::HistogramSnapshot {
+            bounds: vec![10],
+            counts: vec![0, 0],
+            sum: 0,
+        };
+        assert_eq!(quantile_bound(&empty, 0.99), None);
+    }
 }

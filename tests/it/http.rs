@@ -774,3 +774,129 @@ fn bad_admin_requests_get_a_4xx_and_write_nothing() {
     assert_eq!(get(&indexes).1["jobs"], serde_json::json!([]));
     assert_eq!(files_under(dir.path()), before);
 }
+
+/// The Chromium binary on PATH, if any.
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Some(candidate);
+            }
+        }
+    }
+    None
+}
+
+/// A small seeded `demo` dataset (the scalar columns `shoal serve`'s demo
+/// has), indexed with IVF_FLAT.
+fn demo_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let (rows, dim) = (2_000, 32);
+    let mut ds = shoal::Dataset::create(
+        dir.path().join("demo"),
+        shoal::demo::demo_schema("vector", dim, Metric::L2).unwrap(),
+        Config::default(),
+    )
+    .unwrap();
+    let vectors = shoal::demo::clustered_vectors(rows, dim, 16, 42);
+    ds.append([shoal::demo::demo_batch("vector", dim, &vectors, 0)])
+        .unwrap();
+    ds.create_index_with_progress(
+        None,
+        IndexParams::new(IndexKind::IvfFlat, 16),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn the_console_is_served_openly_and_runs_a_search_in_headless_chromium() {
+    let dir = demo_dir();
+    let mut config = Config::default();
+    // The page is public; the API behind it needs the key.
+    config.server.api_key = "console-key".into();
+    let server = Server::start(dir.path(), config);
+    let mut page = agent().get(format!("{}/", server.url)).call().unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let html = page.body_mut().read_to_string().unwrap();
+    assert!(html.contains("<title>shoal console</title>"));
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "no external resources"
+    );
+    drop(server);
+
+    let Some(chromium) = chromium() else {
+        eprintln!(
+            "SKIPPED the headless-browser half of this test: no chromium on PATH \
+             (apt-get install chromium)"
+        );
+        return;
+    };
+    let server = Server::start(dir.path(), Config::default());
+    let profile = tempfile::tempdir().unwrap();
+    let run = |extra: &[String]| -> std::process::Output {
+        let mut command = std::process::Command::new(&chromium);
+        command
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--hide-scrollbars",
+                "--virtual-time-budget=5000",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(format!("{}/?dataset=demo&row=5&k=8", server.url));
+        command.output().unwrap()
+    };
+    let out = run(&["--dump-dom".to_string()]);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dom.contains(r#"data-search="done""#),
+        "the page did not finish its search: {}\n{dom}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hits = dom.matches(r#"<tr class="hit"#).count();
+    assert_eq!(hits, 8, "{dom}");
+    assert!(
+        dom.contains(r#"<tr class="hit self" data-id="5">"#),
+        "row 5 is its own nearest neighbour: {dom}"
+    );
+    // The same search as the page ran, in process: same ids in order.
+    let ds = shoal::Dataset::open(dir.path().join("demo")).unwrap();
+    let vector = match ds.row_by_id(5).unwrap().unwrap().values[1].1.clone() {
+        shoal::ScalarValue::Vector(v) => v,
+        other => panic!("{other:?}"),
+    };
+    let expected = ds.search(&Query::new(vector, 8)).unwrap();
+    let ids: Vec<String> = expected.hits[0]
+        .iter()
+        .map(|h| format!(r#"data-id="{}""#, h.id))
+        .collect();
+    let mut at = 0;
+    for id in &ids {
+        let found = dom[at..]
+            .find(id.as_str())
+            .unwrap_or_else(|| panic!("{id} out of order"));
+        at += found + id.len();
+    }
+    // A screenshot for the README (SHOAL_CONSOLE_SCREENSHOT=docs/console.png).
+    let shot = std::env::var_os("SHOAL_CONSOLE_SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| profile.path().join("console.png"));
+    let out = run(&[
+        format!("--screenshot={}", shot.display()),
+        "--window-size=1280,900".to_string(),
+    ]);
+    assert!(
+        shot.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
