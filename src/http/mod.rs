@@ -35,8 +35,8 @@ pub struct Route {
     pub method: &'static str,
     /// Path, with `{name}` parameters as in OpenAPI.
     pub path: &'static str,
-    /// Served without the API key (the console page, health); every
-    /// other route needs it when one is configured.
+    /// Served without the API key (the console page, health, the API
+    /// description); every other route needs it when one is configured.
     pub public: bool,
 }
 
@@ -48,10 +48,12 @@ const fn route(method: &'static str, path: &'static str, public: bool) -> Route 
     }
 }
 
-/// Every route of the service; the router is built from this list.
+/// Every route of the service. The router is built from this list and
+/// `openapi.json` must describe exactly these (a test checks both).
 pub const ROUTES: &[Route] = &[
     route("GET", "/", true),
     route("GET", "/healthz", true),
+    route("GET", "/openapi.json", true),
     route("GET", "/metrics", false),
     route("GET", "/v1/stats", false),
     route("GET", "/v1/datasets", false),
@@ -69,6 +71,8 @@ pub const ROUTES: &[Route] = &[
 
 /// The web console, one static page (`GET /`).
 pub const CONSOLE_HTML: &str = include_str!("console.html");
+/// The OpenAPI 3.1 description of [`ROUTES`] (`GET /openapi.json`).
+pub const OPENAPI_JSON: &str = include_str!("../../openapi.json");
 
 /// What every handler can reach: the engine and the index jobs.
 #[derive(Clone, Debug)]
@@ -90,6 +94,7 @@ fn handler(method: &str, path: &str) -> Option<MethodRouter<AppState>> {
     Some(match (method, path) {
         ("GET", "/") => get(console),
         ("GET", "/healthz") => get(healthz),
+        ("GET", "/openapi.json") => get(openapi),
         ("GET", "/metrics") => get(prometheus),
         ("GET", "/v1/stats") => get(stats),
         ("GET", "/v1/datasets") => get(list_datasets),
@@ -246,6 +251,14 @@ async fn console() -> Response {
         .into_response()
 }
 
+async fn openapi() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        OPENAPI_JSON,
+    )
+        .into_response()
+}
+
 async fn list_datasets(State(engine): State<Engine>) -> Result<Json<Value>, ApiError> {
     let names = engine.dataset_names().await?;
     Ok(Json(json!({ "datasets": names })))
@@ -384,5 +397,74 @@ mod tests {
             sum: 0,
         };
         assert_eq!(quantile_bound(&empty, 0.99), None);
+    }
+
+    const METHODS: [&str; 7] = ["get", "post", "put", "delete", "patch", "head", "options"];
+
+    #[test]
+    fn every_route_has_a_handler_and_appears_once() {
+        for (i, r) in ROUTES.iter().enumerate() {
+            assert!(handler(r.method, r.path).is_some(), "{r:?}");
+            assert!(!ROUTES[..i].contains(r), "{r:?} twice");
+        }
+    }
+
+    #[test]
+    fn openapi_json_describes_exactly_the_routes_served() {
+        let doc: Value = serde_json::from_str(OPENAPI_JSON).unwrap();
+        assert_eq!(doc["openapi"], "3.1.0");
+        let mut described = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                if !METHODS.contains(&method.as_str()) {
+                    continue;
+                }
+                described.push((method.to_uppercase(), path.clone()));
+                let route = ROUTES
+                    .iter()
+                    .find(|r| r.method.eq_ignore_ascii_case(method) && r.path == path);
+                let route = route.unwrap_or_else(|| {
+                    panic!("openapi.json describes {method} {path}, which ROUTES does not have")
+                });
+                let open = op.get("security") == Some(&json!([]));
+                assert_eq!(open, route.public, "{method} {path}: security vs ROUTES");
+                assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()));
+            }
+        }
+        let mut served: Vec<(String, String)> = ROUTES
+            .iter()
+            .map(|r| (r.method.to_string(), r.path.to_string()))
+            .collect();
+        described.sort();
+        served.sort();
+        assert_eq!(described, served, "openapi.json and ROUTES differ");
+    }
+
+    #[test]
+    fn every_schema_reference_in_openapi_json_resolves() {
+        fn refs(v: &Value, out: &mut Vec<String>) {
+            match v {
+                Value::Object(map) => {
+                    for (k, v) in map {
+                        match (k.as_str(), v) {
+                            ("$ref", Value::String(r)) => out.push(r.clone()),
+                            _ => refs(v, out),
+                        }
+                    }
+                }
+                Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+                _ => {}
+            }
+        }
+        let doc: Value = serde_json::from_str(OPENAPI_JSON).unwrap();
+        let mut all = Vec::new();
+        refs(&doc, &mut all);
+        assert!(!all.is_empty());
+        for r in all {
+            let pointer = r
+                .strip_prefix('#')
+                .unwrap_or_else(|| panic!("external ref {r}"));
+            assert!(doc.pointer(pointer).is_some(), "{r} does not resolve");
+        }
     }
 }

@@ -900,3 +900,37 @@ fn the_console_is_served_openly_and_runs_a_search_in_headless_chromium() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn every_route_in_the_table_is_served_and_openapi_json_is_too() {
+    let (_dir, root, _rows) = data_dir();
+    let server = Server::start(&root, Config::default());
+    let (status, doc) = get(&format!("{}/openapi.json", server.url));
+    assert_eq!(status, 200);
+    assert_eq!(
+        doc,
+        serde_json::from_str::<serde_json::Value>(shoal::http::OPENAPI_JSON).unwrap()
+    );
+    for route in shoal::http::ROUTES {
+        let path = route.path.replace("{name}", "ds").replace("{id}", "3");
+        let url = format!("{}{path}", server.url);
+        let mut response = match route.method {
+            "GET" => agent().get(&url).call().unwrap(),
+            // An empty JSON object: the route answers (200, 4xx), never
+            // "no such route" or "wrong method".
+            _ => agent()
+                .post(&url)
+                .header("content-type", "application/json")
+                .send("{}")
+                .unwrap(),
+        };
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap();
+        assert!(
+            status != 404 || !text.contains("no_such_route"),
+            "{route:?}: {text}"
+        );
+        assert_ne!(status, 405, "{route:?}: {text}");
+        assert!(status < 500, "{route:?}: {status} {text}");
+    }
+}
