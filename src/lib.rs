@@ -46,6 +46,7 @@ pub mod kernel;
 pub mod query;
 pub mod serve;
 pub mod storage;
+pub(crate) mod sync;
 
 pub use config::Config;
 pub use db::{Dataset, Session};
@@ -62,13 +63,23 @@ pub use serve::{
 };
 pub use storage::{ColumnType, Schema};
 
-/// Internals that the integration tests drive directly (a delta segment
-/// compared with a fresh segment built from the same model). Not part of
-/// the API: anything here may change without notice.
+/// Internals that the integration tests and the loom models drive
+/// directly (a delta segment compared with a fresh segment built from the
+/// same model; the concurrency core). Not part of the API: anything here
+/// may change without notice.
 #[doc(hidden)]
 pub mod internals {
     pub use crate::exec::ann::IndexView;
+    pub use crate::exec::cancel::CancelToken;
     pub use crate::exec::plan::execute;
+    pub use crate::exec::pool::{run_shared, Helper};
+    pub use crate::index::cache::{LoadPermit, LoadPermits};
     pub use crate::index::ivf::{build_segment, LoadedSegment};
     pub use crate::query::request::ValidatedBatch;
+    pub use crate::serve::budget::{BudgetPermit, MemoryBudget};
+    pub use crate::serve::coalescer::core::{
+        split_at_start, Batch, CoalescerCore, CoreSettings, FlushReason, Pending, Refusal,
+        StartSplit,
+    };
+    pub use crate::serve::reply::{reply_channel, ReplyReceiver, ReplySender, SenderGone};
 }

@@ -6,12 +6,18 @@
 //! [`Error::Cancelled`], keeping nothing of what it had gathered.
 
 use crate::error::{Error, Result};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use crate::sync::{Arc, AtomicBool};
+use std::sync::atomic::Ordering;
 
 /// A cancellation flag shared between a search and whoever may stop it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CancelToken(Arc<AtomicBool>);
+
+impl Default for CancelToken {
+    fn default() -> CancelToken {
+        CancelToken(Arc::new(AtomicBool::new(false)))
+    }
+}
 
 impl CancelToken {
     /// A token that is not cancelled.

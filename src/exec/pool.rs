@@ -13,15 +13,16 @@
 //! Results come back in share order; the first error (in share order) wins.
 
 use crate::error::{Error, Result};
+use crate::sync::{lock, AtomicUsize, Condvar, Mutex};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Persistent scan threads. Cloning shares the same threads; they exit when
 /// the last clone is dropped.
 #[derive(Clone)]
 pub struct ScanPool {
-    tickets: crossbeam_channel::Sender<Arc<dyn Ticket>>,
+    tickets: crossbeam_channel::Sender<Helper>,
     threads: usize,
 }
 
@@ -39,19 +40,31 @@ trait Ticket: Send + Sync {
     fn help(&self);
 }
 
+/// An invitation to help with one running scan: whoever holds it may call
+/// [`Helper::help`] on any thread (a pool thread, or a loom thread in the
+/// models), at any time, even after the scan has returned.
+pub struct Helper(Arc<dyn Ticket>);
+
+impl Helper {
+    /// Claims and runs shares of the scan until none is left.
+    pub fn help(self) {
+        self.0.help();
+    }
+}
+
 impl ScanPool {
     /// A pool of `threads` worker threads (at least one).
     pub fn new(threads: usize) -> ScanPool {
         let threads = threads.max(1);
-        let (tx, rx) = crossbeam_channel::unbounded::<Arc<dyn Ticket>>();
+        let (tx, rx) = crossbeam_channel::unbounded::<Helper>();
         for i in 0..threads {
             let rx = rx.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("shoal-scan-{i}"))
                 .spawn(move || {
                     // Ends when every sender (every pool handle) is gone.
-                    while let Ok(ticket) = rx.recv() {
-                        ticket.help();
+                    while let Ok(helper) = rx.recv() {
+                        helper.help();
                     }
                 });
             // A pool thread that cannot be spawned only costs parallelism:
@@ -77,41 +90,60 @@ impl ScanPool {
         T: Send + 'static,
         F: Fn(usize) -> Result<T> + Sync,
     {
-        let shares = shares.max(1);
-        if shares == 1 {
-            return run_share(&worker, 0);
-        }
-        let erased: &(dyn Fn(usize) -> Result<T> + Sync) = &worker;
-        // SAFETY: the pointer outlives its last use. It is only dereferenced
-        // by a thread that claimed a share index below `shares` (see
-        // `Scan::claim_and_run`), and this function does not return before
-        // every claimed share has finished: the loop below claims shares
-        // until the counter passes `shares`, so all of them have been
-        // claimed, and `wait_all` then blocks until each has recorded its
-        // result. Shares cannot unwind past that point (`run_share` catches
-        // panics). Tickets still queued afterwards only touch the counter,
-        // which the `Arc` keeps alive, and find nothing left to claim.
-        let work: *const (dyn Fn(usize) -> Result<T> + Sync + 'static) =
-            unsafe { std::mem::transmute(erased) };
-        let scan = Arc::new(Scan {
-            work,
-            shares,
-            next: AtomicUsize::new(0),
-            done: Mutex::new(Done {
-                finished: 0,
-                results: (0..shares).map(|_| None).collect(),
-            }),
-            all_done: Condvar::new(),
-        });
-        for _ in 1..shares.min(self.threads + 1) {
+        run_shared(shares, self.threads, worker, |helper| {
             // A send fails only when no pool thread is left; the caller
             // then runs every share itself.
-            let _ = self.tickets.send(scan.clone() as Arc<dyn Ticket>);
-        }
-        while scan.claim_and_run() {}
-        let results = scan.wait_all();
-        results.into_iter().collect()
+            let _ = self.tickets.send(helper);
+        })
     }
+}
+
+/// [`ScanPool::run`] with the helpers handed to `post` rather than to a
+/// pool's threads: at most `helpers` of them, each of which may help at any
+/// time or never. The calling thread claims shares too, so the result does
+/// not depend on any helper running.
+pub fn run_shared<T, F>(
+    shares: usize,
+    helpers: usize,
+    worker: F,
+    mut post: impl FnMut(Helper),
+) -> Result<Vec<T>>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Result<T> + Sync,
+{
+    let shares = shares.max(1);
+    if shares == 1 {
+        return run_share(&worker, 0);
+    }
+    let erased: &(dyn Fn(usize) -> Result<T> + Sync) = &worker;
+    // SAFETY: the pointer outlives its last use. It is only dereferenced
+    // by a thread that claimed a share index below `shares` (see
+    // `Scan::claim_and_run`), and this function does not return before
+    // every claimed share has finished: the loop below claims shares
+    // until the counter passes `shares`, so all of them have been
+    // claimed, and `wait_all` then blocks until each has recorded its
+    // result. Shares cannot unwind past that point (`run_share` catches
+    // panics). Helpers that run afterwards only touch the counter, which
+    // the `Arc` keeps alive, and find nothing left to claim.
+    let work: *const (dyn Fn(usize) -> Result<T> + Sync + 'static) =
+        unsafe { std::mem::transmute(erased) };
+    let scan = Arc::new(Scan {
+        work,
+        shares,
+        next: AtomicUsize::new(0),
+        done: Mutex::new(Done {
+            finished: 0,
+            results: (0..shares).map(|_| None).collect(),
+        }),
+        all_done: Condvar::new(),
+    });
+    for _ in 1..shares.min(helpers + 1) {
+        post(Helper(scan.clone() as Arc<dyn Ticket>));
+    }
+    while scan.claim_and_run() {}
+    let results = scan.wait_all();
+    results.into_iter().collect()
 }
 
 /// Runs one share, turning a panic into an internal error.
@@ -157,7 +189,7 @@ impl<T: Send> Scan<T> {
         // waiting for it and the closure is alive (see `run`).
         let worker = unsafe { &*self.work };
         let result = run_one(worker, i);
-        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let mut done = lock(&self.done);
         done.results[i] = Some(result);
         done.finished += 1;
         if done.finished == self.shares {
@@ -168,7 +200,7 @@ impl<T: Send> Scan<T> {
 
     /// Blocks until every share has finished; their results in order.
     fn wait_all(&self) -> Vec<Result<T>> {
-        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let mut done = lock(&self.done);
         while done.finished < self.shares {
             done = self.all_done.wait(done).unwrap_or_else(|p| p.into_inner());
         }

@@ -7,9 +7,10 @@
 
 use crate::error::{Error, Result};
 use crate::index::partition::Partition;
+use crate::sync::{lock, Condvar, Mutex};
 use moka::policy::EvictionPolicy;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 /// Key: (index segment id, partition number).
 pub type PartitionKey = (Arc<str>, u32);
@@ -37,7 +38,7 @@ pub struct PartitionCache {
 /// Bounds partition loads in flight (reads + decodes), so that many
 /// concurrent batches missing the cache at once do not hold unbounded
 /// read buffers. A counting semaphore: a mutex-guarded count and a condvar.
-struct LoadPermits {
+pub struct LoadPermits {
     max: usize,
     in_flight: Mutex<usize>,
     freed: Condvar,
@@ -45,11 +46,22 @@ struct LoadPermits {
 }
 
 /// One load in flight; released on drop (also on error or panic).
-struct LoadPermit<'a>(&'a LoadPermits);
+pub struct LoadPermit<'a>(&'a LoadPermits);
 
 impl LoadPermits {
-    fn acquire(&self) -> LoadPermit<'_> {
-        let mut n = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+    /// At most `max` (at least one) loads in flight.
+    pub fn new(max: usize) -> LoadPermits {
+        LoadPermits {
+            max: max.max(1),
+            in_flight: Mutex::new(0),
+            freed: Condvar::new(),
+            peak: AtomicU64::new(0),
+        }
+    }
+
+    /// Waits for a free load slot and takes it.
+    pub fn acquire(&self) -> LoadPermit<'_> {
+        let mut n = lock(&self.in_flight);
         while *n >= self.max {
             n = self.freed.wait(n).unwrap_or_else(|p| p.into_inner());
         }
@@ -57,12 +69,23 @@ impl LoadPermits {
         self.peak.fetch_max(*n as u64, Ordering::Relaxed);
         LoadPermit(self)
     }
+
+    /// Loads in flight now.
+    pub fn in_flight(&self) -> usize {
+        *lock(&self.in_flight)
+    }
+
+    /// The most loads that were ever in flight at once.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for LoadPermit<'_> {
     fn drop(&mut self) {
-        let mut n = self.0.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut n = lock(&self.0.in_flight);
         *n -= 1;
+        drop(n);
         self.0.freed.notify_one();
     }
 }
@@ -88,12 +111,7 @@ impl PartitionCache {
             .build();
         PartitionCache {
             cache,
-            loads: LoadPermits {
-                max: max_loads.max(1),
-                in_flight: Mutex::new(0),
-                freed: Condvar::new(),
-                peak: AtomicU64::new(0),
-            },
+            loads: LoadPermits::new(max_loads),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             bytes_loaded: AtomicU64::new(0),
@@ -143,11 +161,7 @@ impl PartitionCache {
 
     /// Partition loads in flight now (0 when no search is loading).
     pub fn loads_in_flight(&self) -> usize {
-        *self
-            .loads
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.loads.in_flight()
     }
 
     /// Bytes of partitions held now (after applying pending evictions).
@@ -158,7 +172,7 @@ impl PartitionCache {
 
     /// The most partition loads that were ever in flight at once.
     pub fn peak_loads_in_flight(&self) -> u64 {
-        self.loads.peak.load(Ordering::Relaxed)
+        self.loads.peak()
     }
 }
 

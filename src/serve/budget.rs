@@ -9,8 +9,8 @@
 //! `sync` shim: blocking waits happen on the batch's own
 //! worker thread, never on the async runtime, and loom can model it as is.
 
-use super::sync::{lock, Arc, Condvar, Mutex};
 use crate::error::{Error, Result};
+use crate::sync::{lock, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// A shared byte budget. Cloning gives another handle on the same budget.

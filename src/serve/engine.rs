@@ -12,7 +12,6 @@ use super::coalescer::{CoalescerActor, Message};
 use super::handle::DatasetHandle;
 use super::scanner::Scanner;
 use super::stats::{EngineStats, Stats};
-use super::sync::Arc;
 use crate::config::Config;
 use crate::db::{Dataset, Session};
 use crate::error::{Error, Result};
@@ -20,6 +19,7 @@ use crate::storage::Schema;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -166,7 +166,12 @@ impl Engine {
         if self.core.inbox.send(Message::Shutdown(reply)).await.is_ok() {
             let _ = done.await;
         }
-        let actor = super::sync::lock(&self.core.actor).take();
+        let actor = self
+            .core
+            .actor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         if let Some(actor) = actor {
             let _ = actor.await;
         }

@@ -6,9 +6,9 @@
 
 use super::coalescer::{Message, Submission};
 use super::engine::{blocking, EngineCore};
+use super::reply::{reply_channel, ReplyReceiver};
 use super::scanner::{BatchKey, SearchRequest, SearchResponse};
 use super::stats::Stats;
-use super::sync::Arc;
 use crate::db::Dataset;
 use crate::error::{Error, Result};
 use crate::exec::Profile;
@@ -17,9 +17,10 @@ use crate::query::request::ValidatedBatch;
 use crate::query::{BatchQuery, PerQuery, Query, SearchResults};
 use arrow_array::RecordBatch;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::sync::RwLock;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -174,9 +175,9 @@ impl DatasetHandle {
         cancel.armed = false;
         match answer {
             Ok(result) => result,
-            Err(_) => Err(Error::Internal(
-                "the engine dropped a search without answering it".into(),
-            )),
+            // The engine stopped (its runtime is going away) before
+            // answering.
+            Err(_) => Err(Error::ShuttingDown),
         }
     }
 
@@ -190,7 +191,7 @@ impl DatasetHandle {
     ) -> Result<(
         BatchKey,
         SearchRequest,
-        oneshot::Receiver<Result<SearchResponse>>,
+        ReplyReceiver<Result<SearchResponse>>,
     )> {
         let Query {
             vector,
@@ -211,7 +212,7 @@ impl DatasetHandle {
         params.metric = Some(validated.metric);
         params.filter = validated.filter.map(|f| f.normalized().to_string());
         let vector = one.vectors.pop().unwrap_or_default();
-        let (reply, receiver) = oneshot::channel();
+        let (reply, receiver) = reply_channel();
         Ok((
             BatchKey {
                 dataset: std::sync::Arc::clone(&self.inner.name),

@@ -27,9 +27,9 @@ pub mod budget;
 pub(crate) mod coalescer;
 mod engine;
 mod handle;
+pub mod reply;
 pub(crate) mod scanner;
 pub mod stats;
-pub(crate) mod sync;
 
 pub use blocking::{BlockingDataset, BlockingEngine};
 pub use budget::{BudgetPermit, MemoryBudget};

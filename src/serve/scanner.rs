@@ -11,9 +11,9 @@
 //! batch-wide error reaches every caller as a clone.
 
 use super::budget::MemoryBudget;
-use super::coalescer::core::Batch;
+use super::coalescer::core::{split_at_start, Batch};
+use super::reply::ReplySender;
 use super::stats::Stats;
-use super::sync::Arc;
 use crate::db::Dataset;
 use crate::error::{Error, Result};
 use crate::exec::{CancelToken, Profile};
@@ -21,8 +21,9 @@ use crate::query::{BatchQuery, Hit, PerQuery, SearchParams, SearchResults};
 use serde::Serialize;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -43,7 +44,7 @@ pub(crate) struct SearchRequest {
     pub offset: usize,
     /// The version the search resolved when it was submitted.
     pub snapshot: Dataset,
-    pub reply: oneshot::Sender<Result<SearchResponse>>,
+    pub reply: ReplySender<Result<SearchResponse>>,
 }
 
 /// A coalesced batch as the coalescer hands it over.
@@ -178,21 +179,18 @@ impl Scanner {
     }
 
     async fn run_coalesced(&self, batch: CoalescedBatch, slot: SlotGuard) {
-        let now = Instant::now();
-        let mut live = Vec::with_capacity(batch.requests.len());
-        for r in batch.requests {
-            if r.payload.reply.is_closed() {
-                Stats::add(&self.stats.cancelled, 1);
-            } else if let Some(deadline) = r.deadline.filter(|d| *d <= now.into_std()) {
-                Stats::add(&self.stats.deadline_exceeded, 1);
-                let _ = r.payload.reply.send(Err(Error::DeadlineExceeded {
-                    waited_ms: now.into_std().duration_since(r.arrived).as_millis() as u64,
-                    deadline_ms: deadline.duration_since(r.arrived).as_millis() as u64,
-                }));
-            } else {
-                live.push(r);
-            }
+        let now = Instant::now().into_std();
+        let split = split_at_start(batch.requests, now, |r| r.reply.is_closed());
+        Stats::add(&self.stats.cancelled, split.released as u64);
+        for r in split.expired {
+            Stats::add(&self.stats.deadline_exceeded, 1);
+            let deadline = r.deadline.unwrap_or(now);
+            let _ = r.payload.reply.send(Err(Error::DeadlineExceeded {
+                waited_ms: now.saturating_duration_since(r.arrived).as_millis() as u64,
+                deadline_ms: deadline.saturating_duration_since(r.arrived).as_millis() as u64,
+            }));
         }
+        let live = split.live;
         let key_hash = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -211,7 +209,7 @@ impl Scanner {
         let mut replies = Vec::with_capacity(n);
         let mut waits = Vec::with_capacity(n);
         for r in live {
-            let wait = now.into_std().saturating_duration_since(r.arrived);
+            let wait = now.saturating_duration_since(r.arrived);
             self.stats.queue_wait_us.record(wait.as_micros() as u64);
             waits.push(wait.as_micros() as u64);
             vectors.push(r.payload.vector);
@@ -367,7 +365,7 @@ impl Scanner {
         }
     }
 
-    fn fail(&self, error: &Error, replies: Vec<oneshot::Sender<Result<SearchResponse>>>) {
+    fn fail(&self, error: &Error, replies: Vec<ReplySender<Result<SearchResponse>>>) {
         self.count_failure(error, replies.len());
         tracing::debug!(%error, callers = replies.len(), "batch failed");
         for reply in replies {
@@ -377,7 +375,7 @@ impl Scanner {
 }
 
 /// Resolves once every caller has dropped its receiver.
-async fn all_closed(replies: &mut [oneshot::Sender<Result<SearchResponse>>]) {
+async fn all_closed(replies: &mut [ReplySender<Result<SearchResponse>>]) {
     for reply in replies.iter_mut() {
         reply.closed().await;
     }

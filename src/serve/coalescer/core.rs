@@ -62,6 +62,55 @@ pub struct Batch<K, P> {
     pub reason: FlushReason,
 }
 
+/// Why [`CoalescerCore::offer`] handed a request back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `max_pending` requests are already waiting.
+    Full,
+    /// A waiting request already has this id.
+    DuplicateId,
+    /// [`CoalescerCore::shut_down`] was called: nothing is admitted.
+    ShuttingDown,
+}
+
+/// A batch's requests split when its scan starts (see
+/// [`split_at_start`]).
+#[derive(Debug)]
+pub struct StartSplit<P> {
+    /// Requests to scan, in arrival order.
+    pub live: Vec<Pending<P>>,
+    /// Requests whose deadline had passed: to be told so.
+    pub expired: Vec<Pending<P>>,
+    /// Requests whose caller had gone: released (dropped) here.
+    pub released: usize,
+}
+
+/// Splits a batch's requests as its scan starts: callers that have gone
+/// (`gone(payload)`) are released at once, so the scan never holds their
+/// payloads; those whose deadline is not after `now` are returned as
+/// expired; the rest are live.
+pub fn split_at_start<P>(
+    requests: Vec<Pending<P>>,
+    now: Instant,
+    gone: impl Fn(&P) -> bool,
+) -> StartSplit<P> {
+    let mut split = StartSplit {
+        live: Vec::with_capacity(requests.len()),
+        expired: Vec::new(),
+        released: 0,
+    };
+    for r in requests {
+        if gone(&r.payload) {
+            split.released += 1;
+        } else if r.deadline.is_some_and(|d| d <= now) {
+            split.expired.push(r);
+        } else {
+            split.live.push(r);
+        }
+    }
+    split
+}
+
 struct Group<P> {
     opened: Instant,
     requests: Vec<Pending<P>>,
@@ -77,6 +126,8 @@ pub struct CoalescerCore<K, P> {
     location: HashMap<u64, K>,
     /// (deadline, id) of every waiting request that has one.
     deadlines: BTreeSet<(Instant, u64)>,
+    /// Set by [`CoalescerCore::shut_down`]: nothing more is admitted.
+    closed: bool,
 }
 
 impl<K: Clone + Eq + Hash, P> CoalescerCore<K, P> {
@@ -88,6 +139,7 @@ impl<K: Clone + Eq + Hash, P> CoalescerCore<K, P> {
             ready: VecDeque::new(),
             location: HashMap::new(),
             deadlines: BTreeSet::new(),
+            closed: false,
         }
     }
 
@@ -113,13 +165,22 @@ impl<K: Clone + Eq + Hash, P> CoalescerCore<K, P> {
     }
 
     /// Adds a request to its key's group, closing the group if it is now
-    /// full. A full coalescer (`max_pending`) or a repeated id hands the
-    /// request back untouched.
-    pub fn offer(&mut self, now: Instant, key: K, request: Pending<P>) -> Result<(), Pending<P>> {
-        if self.location.len() >= self.settings.max_pending
-            || self.location.contains_key(&request.id)
-        {
-            return Err(request);
+    /// full. A shut-down or full coalescer (`max_pending`), or a repeated
+    /// id, hands the request back untouched with the reason.
+    pub fn offer(
+        &mut self,
+        now: Instant,
+        key: K,
+        request: Pending<P>,
+    ) -> Result<(), (Refusal, Pending<P>)> {
+        if self.closed {
+            return Err((Refusal::ShuttingDown, request));
+        }
+        if self.location.len() >= self.settings.max_pending {
+            return Err((Refusal::Full, request));
+        }
+        if self.location.contains_key(&request.id) {
+            return Err((Refusal::DuplicateId, request));
         }
         self.location.insert(request.id, key.clone());
         if let Some(deadline) = request.deadline {
@@ -195,12 +256,20 @@ impl<K: Clone + Eq + Hash, P> CoalescerCore<K, P> {
         }
     }
 
-    /// Closes every open group (shutdown drains them).
-    pub fn close_all(&mut self) {
+    /// Stops admitting (every later offer is refused with
+    /// [`Refusal::ShuttingDown`]) and closes every open group, so that what
+    /// was admitted drains as ready batches.
+    pub fn shut_down(&mut self) {
+        self.closed = true;
         let keys: Vec<K> = self.groups.keys().cloned().collect();
         for key in keys {
             self.close(&key, FlushReason::Shutdown);
         }
+    }
+
+    /// [`CoalescerCore::shut_down`] has been called.
+    pub fn is_shut_down(&self) -> bool {
+        self.closed
     }
 
     /// The oldest ready batch, handed over for scanning: its requests can
@@ -400,12 +469,12 @@ mod tests {
         let mut c = core(1_000, 64, 2);
         c.offer(t0, "a", req(1, t0, None)).unwrap();
         c.offer(t0, "b", req(2, t0, None)).unwrap();
-        let back = c.offer(t0, "a", req(3, t0, None)).unwrap_err();
-        assert_eq!(back.payload, 30);
-        assert!(
-            c.offer(t0, "a", req(1, t0, None)).is_err(),
-            "ids are unique"
-        );
+        let (why, back) = c.offer(t0, "a", req(3, t0, None)).unwrap_err();
+        assert_eq!((why, back.payload), (Refusal::Full, 30));
+        c.cancel(1);
+        let (why, _) = c.offer(t0, "a", req(2, t0, None)).unwrap_err();
+        assert_eq!(why, Refusal::DuplicateId, "ids are unique");
+        c.offer(t0, "a", req(1, t0, None)).unwrap();
         c.cancel(2);
         c.offer(t0, "a", req(3, t0, None)).unwrap();
         assert_eq!(c.pending(), 2);
@@ -433,16 +502,36 @@ mod tests {
     }
 
     #[test]
-    fn close_all_drains_every_group() {
+    fn shut_down_drains_every_group_and_admits_nothing_more() {
         let t0 = Instant::now();
         let mut c = core(1_000_000, 64, 100);
         c.offer(t0, "a", req(1, t0, None)).unwrap();
         c.offer(t0, "b", req(2, t0, None)).unwrap();
-        c.close_all();
+        c.shut_down();
+        assert!(c.is_shut_down());
+        let (why, back) = c.offer(t0, "a", req(3, t0, None)).unwrap_err();
+        assert_eq!((why, back.id), (Refusal::ShuttingDown, 3));
         assert_eq!(c.ready_len(), 2);
         while let Some(b) = c.pop_ready() {
             assert_eq!(b.reason, FlushReason::Shutdown);
         }
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn the_start_split_releases_the_gone_and_expires_the_late() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let requests = vec![
+            req(1, t0, None),
+            req(2, t0, Some(t0 + ms(5))),
+            req(3, t0, Some(t0 + ms(50))),
+            req(4, t0, None),
+        ];
+        let split = split_at_start(requests, t0 + ms(5), |&p| p == 40);
+        let ids = |v: &[Pending<u64>]| v.iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(ids(&split.live), vec![1, 3]);
+        assert_eq!(ids(&split.expired), vec![2]);
+        assert_eq!(split.released, 1);
     }
 }

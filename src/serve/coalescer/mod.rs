@@ -8,19 +8,20 @@
 //! the oldest open groups at once, so a lone caller never waits for the
 //! window while a busy engine gathers big batches by itself. A caller that
 //! stops waiting sends `Cancel` (best effort: the scanner also drops closed
-//! callers before a batch starts). On shutdown it drains: every queued
-//! search is scanned, later ones get `ShuttingDown`, and it returns once no
-//! batch is running.
+//! callers before a batch starts). On shutdown it drains: the core stops
+//! admitting, every search it had admitted is scanned, later ones (still
+//! read from the inbox until the drain ends, then the inbox's leftovers)
+//! get `ShuttingDown`, and it returns once no batch is running.
 
 pub mod core;
 
-use self::core::{CoalescerCore, CoreSettings, Pending};
+use self::core::{CoalescerCore, CoreSettings, Pending, Refusal};
 use super::scanner::{BatchKey, Scanner, SearchRequest};
 use super::stats::Stats;
-use super::sync::Arc;
 use crate::config::CoalescerConfig;
 use crate::error::Error;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -81,13 +82,13 @@ impl CoalescerActor {
     /// Runs until shutdown, or until every handle is gone and the queue is
     /// drained.
     pub(crate) async fn run(mut self) {
-        let mut draining = false;
+        let mut inbox_open = true;
         loop {
             self.dispatch();
             self.stats
                 .pending
                 .store(self.core.pending() as u64, Ordering::Relaxed);
-            if draining && self.core.is_empty() {
+            if self.core.is_shut_down() && self.core.is_empty() {
                 break;
             }
             let next = self.core.next_deadline().map(Instant::from_std);
@@ -100,33 +101,26 @@ impl CoalescerActor {
             }
             let waiting = !self.core.is_empty();
             tokio::select! {
-                message = self.inbox.recv(), if !draining => match message {
-                    Some(message) => {
-                        if self.handle(message) {
-                            draining = true;
-                        }
+                message = self.inbox.recv(), if inbox_open => match message {
+                    Some(message) => self.handle(message),
+                    // Every handle is gone: drain what was admitted.
+                    None => {
+                        inbox_open = false;
+                        self.core.shut_down();
                     }
-                    None => draining = true,
                 },
                 () = sleep_until(next), if next.is_some() => {
                     self.expire(Instant::now());
                 }
                 () = self.scanner.slot_freed(), if waiting => {}
             }
-            if draining {
-                self.core.close_all();
-            }
         }
-        // Nobody is admitted any more: answer what is still in the inbox.
+        // The core admits nothing now: what is still in the inbox is
+        // refused (`ShuttingDown`) by `handle`, like everything sent during
+        // the drain.
         self.inbox.close();
         while let Ok(message) = self.inbox.try_recv() {
-            match message {
-                Message::Submit(submission) => {
-                    let _ = submission.request.reply.send(Err(Error::ShuttingDown));
-                }
-                Message::Shutdown(reply) => self.shutdown_replies.push(reply),
-                Message::Cancel(_) => {}
-            }
+            self.handle(message);
         }
         self.scanner.wait_idle().await;
         self.stats.pending.store(0, Ordering::Relaxed);
@@ -135,8 +129,8 @@ impl CoalescerActor {
         }
     }
 
-    /// Applies one message; true when it asks to shut down.
-    fn handle(&mut self, message: Message) -> bool {
+    /// Applies one message.
+    fn handle(&mut self, message: Message) {
         match message {
             Message::Submit(submission) => {
                 let Submission {
@@ -152,24 +146,31 @@ impl CoalescerActor {
                     deadline: deadline.map(Instant::into_std),
                     payload: request,
                 };
-                if let Err(back) = self.core.offer(now.into_std(), key, pending) {
-                    Stats::add(&self.stats.rejected_overloaded, 1);
-                    let _ = back.payload.reply.send(Err(Error::Overloaded(format!(
-                        "{} searches are already waiting (coalescer.max_pending)",
-                        self.core.pending()
-                    ))));
+                if let Err((why, back)) = self.core.offer(now.into_std(), key, pending) {
+                    let error = match why {
+                        Refusal::ShuttingDown => Error::ShuttingDown,
+                        Refusal::Full => {
+                            Stats::add(&self.stats.rejected_overloaded, 1);
+                            Error::Overloaded(format!(
+                                "{} searches are already waiting (coalescer.max_pending)",
+                                self.core.pending()
+                            ))
+                        }
+                        Refusal::DuplicateId => {
+                            Error::Internal(format!("search id {} is already waiting", back.id))
+                        }
+                    };
+                    let _ = back.payload.reply.send(Err(error));
                 }
-                false
             }
             Message::Cancel(id) => {
                 if self.core.cancel(id).is_some() {
                     Stats::add(&self.stats.cancelled, 1);
                 }
-                false
             }
             Message::Shutdown(reply) => {
                 self.shutdown_replies.push(reply);
-                true
+                self.core.shut_down();
             }
         }
     }
