@@ -181,15 +181,23 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Serves `engine` on `listener` until `shutdown` resolves, then stops
-/// accepting, lets requests in flight finish, and shuts the engine down.
+/// accepting and shuts the engine down: searches already queued are
+/// scanned at once (not after their window) and answered, later ones get
+/// 503 `shutting_down`; returns when every request in flight has its answer.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     engine: Engine,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> crate::error::Result<()> {
     let app = router(engine.clone());
+    let draining = engine.clone();
+    let signal = async move {
+        shutdown.await;
+        // Drain the coalescer while axum waits for the requests in flight.
+        tokio::spawn(async move { draining.shutdown().await });
+    };
     let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(signal)
         .await;
     engine.shutdown().await;
     served.map_err(|e| crate::error::Error::Internal(format!("the HTTP server failed: {e}")))

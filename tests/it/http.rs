@@ -934,3 +934,182 @@ fn every_route_in_the_table_is_served_and_openapi_json_is_too() {
         assert!(status < 500, "{route:?}: {status} {text}");
     }
 }
+
+/// An unindexed dataset `big` (seeded clustered vectors) whose exact scans
+/// take a while when asked for deep results.
+fn big_dir(rows: usize, dim: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ds = shoal::Dataset::create(
+        dir.path().join("big"),
+        shoal::demo::demo_schema("vector", dim, Metric::L2).unwrap(),
+        Config::default(),
+    )
+    .unwrap();
+    let vectors = shoal::demo::clustered_vectors(rows, dim, 32, 5);
+    ds.append([shoal::demo::demo_batch("vector", dim, &vectors, 0)])
+        .unwrap();
+    dir
+}
+
+/// Sends a search over a raw TCP connection and leaves it open (the
+/// answer is never read).
+fn raw_search(address: &str, dataset: &str, body: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "POST /v1/datasets/{dataset}/search HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    stream
+}
+
+/// Polls `/v1/stats` until `done` holds (at most ~10 s).
+fn wait_for_stats(url: &str, done: &dyn Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    for _ in 0..5000 {
+        last = get(&format!("{url}/v1/stats")).1;
+        if done(&last) {
+            return last;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    panic!("stats never got there: {last}");
+}
+
+#[test]
+fn clients_that_disconnect_while_their_batch_is_scanned_cancel_it_and_free_the_budget() {
+    const CLIENTS: usize = 64;
+    let dim = 16;
+    let dir = big_dir(60_000, dim);
+    let mut config = Config::default();
+    config.coalescer.window_us = 10_000_000;
+    config.coalescer.flush_when_idle = false;
+    config.coalescer.max_batch_size = CLIENTS;
+    let server = Server::start(dir.path(), config);
+    let address = server.url.trim_start_matches("http://").to_string();
+    // Deep results (k + offset = 50,010 of 60,000 rows per query) keep the
+    // exact scan of the 64-query batch busy for a good while; it checks
+    // its cancel token every 256 rows.
+    let vectors = shoal::demo::clustered_vectors(CLIENTS, dim, 32, 77);
+    let streams: Vec<std::net::TcpStream> = vectors
+        .chunks(dim)
+        .map(|v| {
+            let body = format!(
+                r#"{{"vector": {}, "k": 10, "offset": 50000}}"#,
+                json_vector(v)
+            );
+            raw_search(&address, "big", &body)
+        })
+        .collect();
+    // The 64th search closes the batch; the scan holds its budget permit.
+    let scanning = wait_for_stats(&server.url, &|s| {
+        s["budget_in_use"].as_u64().unwrap() > 0 || s["batches"] != 0
+    });
+    assert_eq!(
+        scanning["batches"], 0,
+        "the scan finished before the test could see it run"
+    );
+    assert_eq!(scanning["pending"], 0, "{scanning}");
+    drop(streams);
+    let after = wait_for_stats(&server.url, &|s| {
+        s["cancelled"].as_u64().unwrap() == CLIENTS as u64 && s["budget_in_use"] == 0
+    });
+    assert_eq!(
+        after["batches"], 0,
+        "the cancelled batch never completed: {after}"
+    );
+    assert_eq!(after["pending"], 0);
+    assert_eq!(after["budget_in_use"], 0);
+    // The engine still serves (an explicit batch: a single search would
+    // wait out the 10 s window).
+    let (status, answer) = post(
+        &format!("{}/v1/datasets/big/search/batch", server.url),
+        &serde_json::json!({ "vectors": [vectors[..dim].to_vec()], "k": 3 }).to_string(),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        get(&format!("{}/v1/stats", server.url)).1["budget_in_use"],
+        0
+    );
+}
+
+#[test]
+fn graceful_shutdown_answers_every_request_in_flight_and_returns() {
+    const CLIENTS: usize = 8;
+    let (_dir, root, rows) = data_dir();
+    let mut config = Config::default();
+    // Searches wait for a 10 s window: the shutdown's drain answers them
+    // long before it ends.
+    config.coalescer.window_us = 10_000_000;
+    config.coalescer.flush_when_idle = false;
+    let mut server = Server::start(&root, config);
+    let url = server.url.clone();
+    let ds = shoal::Dataset::open(root.join("ds")).unwrap();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let url = format!("{url}/v1/datasets/ds/search");
+            let v = rows[i * 31].vector.clone();
+            std::thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(std::time::Duration::from_secs(30)))
+                    .build()
+                    .into();
+                let body = format!(r#"{{"vector": {}, "k": 4}}"#, json_vector(&v));
+                let mut response = agent
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .send(body)
+                    .unwrap();
+                let status = response.status().as_u16();
+                let text = response.body_mut().read_to_string().unwrap();
+                (
+                    i,
+                    status,
+                    serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+                )
+            })
+        })
+        .collect();
+    wait_for_stats(&url, &|s| s["pending"] == CLIENTS as u64);
+    let started = std::time::Instant::now();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let stop = server.stop.take().unwrap();
+    let thread = server.thread.take().unwrap();
+    std::thread::spawn(move || {
+        let _ = stop.send(());
+        let _ = thread.join();
+        let _ = done_tx.send(());
+    });
+    done_rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the server future did not return");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "the drain waited out the window"
+    );
+    let mut answered = 0;
+    for client in clients {
+        let (i, status, answer) = client.join().unwrap();
+        match status {
+            200 => {
+                let expected = ds
+                    .search(&Query::new(rows[i * 31].vector.clone(), 4))
+                    .unwrap();
+                assert_eq!(hits_of(&answer["hits"]), pairs(&expected));
+                answered += 1;
+            }
+            503 => assert_eq!(answer["error"]["code"], "shutting_down", "{answer}"),
+            other => panic!("client {i}: {other} {answer}"),
+        }
+    }
+    assert_eq!(
+        answered, CLIENTS,
+        "queued searches are drained, not dropped"
+    );
+    // Nothing listens any more.
+    let address = url.trim_start_matches("http://");
+    assert!(std::net::TcpStream::connect(address).is_err());
+}
