@@ -55,14 +55,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "dataset {name}: version {}, {} rows",
         info["version"], info["rows"]
     );
-    // The vector column's dimension, from a type such as "vector[128]".
+    // The vector column's dimension: {"name": ..., "type": "vector", "dim": 128, "metric": "l2"}.
     let dim: usize = info["columns"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|c| c["type"].as_str())
-        .find_map(|t| t.strip_prefix("vector[")?.strip_suffix(']')?.parse().ok())
-        .ok_or("no vector column")?;
+        .find(|c| c["type"] == "vector")
+        .and_then(|c| c["dim"].as_u64())
+        .ok_or("no vector column")? as usize;
 
     let vector: Vec<f32> = (0..dim).map(|i| (i % 7) as f32 * 0.1).collect();
     let one = call(
