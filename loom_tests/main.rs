@@ -21,4 +21,5 @@
 mod budget;
 mod coalescer;
 mod partition_loads;
+mod reply;
 mod scan_pool;
