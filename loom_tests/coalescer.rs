@@ -79,6 +79,12 @@ fn search(id: u64, at: Instant) -> (Pending<Search>, ReplyReceiver<Tracked>, Arc
     (pending, receiver, tally)
 }
 
+/// Offers a search under key "k", which must be admitted.
+fn admit(core: &Mutex<Core>, at: Instant, search: Pending<Search>) {
+    let offered = core.lock().unwrap().offer(at, "k", search);
+    assert!(offered.is_ok(), "the search was refused");
+}
+
 /// Answers a search as the scan task does; a caller gone by then releases
 /// it (the answer comes back and is dropped).
 fn answer(search: Search, answer: Answer) {
@@ -129,11 +135,8 @@ fn a_caller_cancelling_during_the_flush_is_answered_or_released_exactly_once() {
         let core = core(16);
         let (leaver, leaver_rx, leaver_tally) = search(1, t0);
         let (stayer, stayer_rx, stayer_tally) = search(2, t0);
-        {
-            let mut c = core.lock().unwrap();
-            c.offer(t0, "k", leaver).map_err(|_| ()).unwrap();
-            c.offer(t0, "k", stayer).map_err(|_| ()).unwrap();
-        }
+        admit(&core, t0, leaver);
+        admit(&core, t0, stayer);
         let gone = Arc::new(AtomicBool::new(false));
         let cancelled_in_core = Arc::new(AtomicUsize::new(0));
 
@@ -197,11 +200,7 @@ fn a_request_racing_the_window_flush_is_in_that_batch_or_the_next() {
         let t0 = Instant::now();
         let core = core(16);
         let (first, first_rx, _) = search(1, t0);
-        core.lock()
-            .unwrap()
-            .offer(t0, "k", first)
-            .map_err(|_| ())
-            .unwrap();
+        admit(&core, t0, first);
         let (late, late_rx, _) = search(2, t0);
 
         let timer = {
@@ -223,11 +222,7 @@ fn a_request_racing_the_window_flush_is_in_that_batch_or_the_next() {
             let core = Arc::clone(&core);
             thread::spawn(move || {
                 let at = t0 + WINDOW / 2;
-                core.lock()
-                    .unwrap()
-                    .offer(at, "k", late)
-                    .map_err(|_| ())
-                    .unwrap();
+                admit(&core, at, late);
             })
         };
         submitter.join().unwrap();
@@ -270,11 +265,7 @@ fn shutdown_racing_submit_answers_every_submitter() {
         let t0 = Instant::now();
         let core = core(16);
         let (admitted, admitted_rx, _) = search(1, t0);
-        core.lock()
-            .unwrap()
-            .offer(t0, "k", admitted)
-            .map_err(|_| ())
-            .unwrap();
+        admit(&core, t0, admitted);
 
         let submitter = {
             let core = Arc::clone(&core);

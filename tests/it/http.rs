@@ -792,23 +792,36 @@ fn chromium() -> Option<PathBuf> {
 /// A small seeded `demo` dataset (the scalar columns `shoal serve`'s demo
 /// has), indexed with IVF_FLAT.
 fn demo_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let (rows, dim) = (2_000, 32);
-    let mut ds = shoal::Dataset::create(
-        dir.path().join("demo"),
-        shoal::demo::demo_schema("vector", dim, Metric::L2).unwrap(),
-        Config::default(),
-    )
-    .unwrap();
-    let vectors = shoal::demo::clustered_vectors(rows, dim, 16, 42);
-    ds.append([shoal::demo::demo_batch("vector", dim, &vectors, 0)])
-        .unwrap();
+    let dir = seeded_dir("demo", 2_000, 32, 16, 42);
+    let mut ds = shoal::Dataset::open(dir.path().join("demo")).unwrap();
     ds.create_index_with_progress(
         None,
         IndexParams::new(IndexKind::IvfFlat, 16),
         &mut |_, _, _| {},
     )
     .unwrap();
+    dir
+}
+
+/// A temporary directory holding one unindexed dataset `name` of `rows`
+/// seeded clustered vectors with the demo's scalar columns.
+fn seeded_dir(
+    name: &str,
+    rows: usize,
+    dim: usize,
+    clusters: usize,
+    seed: u64,
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ds = shoal::Dataset::create(
+        dir.path().join(name),
+        shoal::demo::demo_schema("vector", dim, Metric::L2).unwrap(),
+        Config::default(),
+    )
+    .unwrap();
+    let vectors = shoal::demo::clustered_vectors(rows, dim, clusters, seed);
+    ds.append([shoal::demo::demo_batch("vector", dim, &vectors, 0)])
+        .unwrap();
     dir
 }
 
@@ -938,17 +951,7 @@ fn every_route_in_the_table_is_served_and_openapi_json_is_too() {
 /// An unindexed dataset `big` (seeded clustered vectors) whose exact scans
 /// take a while when asked for deep results.
 fn big_dir(rows: usize, dim: usize) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let mut ds = shoal::Dataset::create(
-        dir.path().join("big"),
-        shoal::demo::demo_schema("vector", dim, Metric::L2).unwrap(),
-        Config::default(),
-    )
-    .unwrap();
-    let vectors = shoal::demo::clustered_vectors(rows, dim, 32, 5);
-    ds.append([shoal::demo::demo_batch("vector", dim, &vectors, 0)])
-        .unwrap();
-    dir
+    seeded_dir("big", rows, dim, 32, 5)
 }
 
 /// Sends a search over a raw TCP connection and leaves it open (the
