@@ -165,9 +165,10 @@ pub enum Command {
         /// JSON Lines of scalar columns, one line per vector (.fvecs/.npy only).
         #[arg(long)]
         meta: Option<PathBuf>,
-        /// Default metric of a new dataset's vector columns.
-        #[arg(long, value_enum, default_value = "l2")]
-        metric: MetricArg,
+        /// Metric of a new dataset's vector columns (default l2); for an
+        /// existing dataset it must match the dataset's.
+        #[arg(long, value_enum)]
+        metric: Option<MetricArg>,
     },
     /// Show schema, versions, rows and fragments.
     Info {

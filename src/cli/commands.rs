@@ -33,7 +33,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let opts = IngestOptions {
                 column,
                 meta,
-                metric: metric.into(),
+                metric: metric.map(Into::into),
                 progress: true,
             };
             let report = ingest(&dataset, &vectors, &opts, &config)?;

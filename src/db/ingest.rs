@@ -3,13 +3,15 @@
 //! The readers (`storage::ingest`) stream the input in chunks; this module
 //! opens or creates the dataset, appends every chunk as one new version and
 //! draws progress on stderr when it is a terminal. A failed ingest commits
-//! nothing.
+//! nothing, and a failed first ingest leaves no dataset behind.
 
 use crate::config::Config;
 use crate::db::dataset::Dataset;
 use crate::error::{Error, Result};
+use crate::kernel::Metric;
 use crate::storage::ingest::{infer_schema, ChunkReader, Format, IngestOptions};
 use crate::storage::manifest::VERSIONS_DIR;
+use crate::storage::ColumnType;
 use std::path::Path;
 
 /// What an ingest did.
@@ -42,12 +44,26 @@ pub fn ingest(
     } else {
         None
     };
+    if let (Some(ds), Some(asked)) = (&existing, opts.metric) {
+        for col in &ds.schema().columns {
+            if let ColumnType::Vector { metric, .. } = col.ty {
+                if metric != asked {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}: vector column '{}' uses {metric}; --metric {asked} disagrees \
+                         (a dataset's metric is fixed when it is created)",
+                        dataset_dir.display(),
+                        col.name
+                    )));
+                }
+            }
+        }
+    }
+    let dir_existed = dataset_dir.exists();
     let total_bytes = std::fs::metadata(input)
         .map_err(|e| Error::io(input, e))?
         .len();
     let progress = progress_bar(opts.progress, total_bytes);
     let mut reader = ChunkReader::open(format, input, opts, config.ingest.chunk_rows)?;
-    let mut schema = existing.as_ref().map(|d| d.schema().clone());
     let first = reader.next_chunk()?;
     let Some(first) = first else {
         return Err(Error::malformed(input, "the input holds no rows"));
@@ -56,12 +72,37 @@ pub fn ingest(
     let mut dataset = match existing {
         Some(d) => d,
         None => {
-            let inferred = infer_schema(&first, opts.metric)?;
-            schema = Some(inferred.clone());
+            let inferred = infer_schema(&first, opts.metric.unwrap_or(Metric::L2))?;
             Dataset::create(dataset_dir, inferred, config.clone())?
         }
     };
-    let schema = schema.ok_or_else(|| Error::Internal("schema unknown".into()))?;
+    let appended = append_all(&mut dataset, first, &mut reader, &progress, input);
+    progress.finish_and_clear();
+    let rows = match appended {
+        Ok(rows) => rows,
+        Err(e) => {
+            if created {
+                remove_created(dataset_dir, dir_existed);
+            }
+            return Err(e);
+        }
+    };
+    Ok(IngestReport {
+        rows,
+        version: dataset.version(),
+        created,
+    })
+}
+
+/// Appends the first chunk and the rest of `reader` as one commit.
+fn append_all(
+    dataset: &mut Dataset,
+    first: crate::storage::ingest::Chunk,
+    reader: &mut ChunkReader,
+    progress: &indicatif::ProgressBar,
+    input: &Path,
+) -> Result<u64> {
+    let schema = dataset.schema().clone();
     let first = first.into_batch(&schema, input)?;
     let rest = std::iter::from_fn(|| {
         progress.set_position(reader.bytes_read());
@@ -71,13 +112,21 @@ pub fn ingest(
             Err(e) => Some(Err(e)),
         }
     });
-    let rows = dataset.append(std::iter::once(Ok(first)).chain(rest))?;
-    progress.finish_and_clear();
-    Ok(IngestReport {
-        rows,
-        version: dataset.version(),
-        created,
-    })
+    dataset.append(std::iter::once(Ok(first)).chain(rest))
+}
+
+/// Removes what creating a dataset at `dir` made (its subdirectories, and
+/// `dir` itself when it did not exist before), so that a failed first
+/// ingest leaves nothing that fixes the dimension or metric.
+fn remove_created(dir: &Path, dir_existed: bool) {
+    use crate::index::ivf::INDICES_DIR;
+    use crate::storage::{deletions::DELETIONS_DIR, fragment::DATA_DIR};
+    for sub in [VERSIONS_DIR, DATA_DIR, DELETIONS_DIR, INDICES_DIR] {
+        let _ = std::fs::remove_dir_all(dir.join(sub));
+    }
+    if !dir_existed {
+        let _ = std::fs::remove_dir(dir);
+    }
 }
 
 fn progress_bar(enabled: bool, total: u64) -> indicatif::ProgressBar {

@@ -75,7 +75,7 @@ fn fvecs_with_meta_gets_row_position_ids_and_columns() {
     let config = Config::from_toml_str("[ingest]\nchunk_rows = 300\n").unwrap();
     let opts = IngestOptions {
         meta: Some(meta),
-        metric: Metric::Cosine,
+        metric: Some(Metric::Cosine),
         ..quiet()
     };
     let report = ingest(&dir.path().join("ds"), &input, &opts, &config).unwrap();
@@ -285,4 +285,78 @@ fn malformed_inputs_name_the_row_or_byte_and_change_nothing() {
         ),
         Err(Error::InvalidArgument(_))
     ));
+}
+
+#[test]
+fn a_failed_first_ingest_leaves_no_dataset_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("ds");
+    let mut bad = vectors(8, 4);
+    bad[4][2] = f32::NAN;
+    let input = dir.path().join("nan.fvecs");
+    write_fvecs(&input, &bad).unwrap();
+    let opts = IngestOptions {
+        metric: Some(Metric::Cosine),
+        ..quiet()
+    };
+    let err = ingest(&target, &input, &opts, &Config::default()).unwrap_err();
+    assert!(err.to_string().contains("row 4"), "{err}");
+    assert!(!target.exists(), "the failed first ingest left {target:?}");
+    // Nothing is locked in: another dimension and metric are taken.
+    let good = dir.path().join("good.fvecs");
+    write_fvecs(&good, &vectors(5, 6)).unwrap();
+    let report = ingest(&target, &good, &quiet(), &Config::default()).unwrap();
+    assert!(report.created);
+    let ds = Dataset::open(&target).unwrap();
+    assert_eq!(
+        ds.schema().column("vector").unwrap().ty,
+        ColumnType::Vector {
+            dim: 6,
+            metric: Metric::L2
+        }
+    );
+    // A directory that existed before keeps its other files.
+    let existing = dir.path().join("kept");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::write(existing.join("notes.txt"), "mine").unwrap();
+    assert!(ingest(&existing, &input, &quiet(), &Config::default()).is_err());
+    let left: Vec<_> = std::fs::read_dir(&existing)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("notes.txt")]);
+}
+
+#[test]
+fn a_metric_that_disagrees_with_the_dataset_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("ds");
+    let input = dir.path().join("v.fvecs");
+    write_fvecs(&input, &vectors(5, 4)).unwrap();
+    let before = ingest(&target, &input, &quiet(), &Config::default())
+        .unwrap()
+        .version;
+    let cosine = IngestOptions {
+        metric: Some(Metric::Cosine),
+        ..quiet()
+    };
+    let err = ingest(&target, &input, &cosine, &Config::default()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("uses l2; --metric cosine disagrees"),
+        "{err}"
+    );
+    assert_eq!(Dataset::open(&target).unwrap().version(), before);
+    // The same metric, said again, is fine.
+    let l2 = IngestOptions {
+        metric: Some(Metric::L2),
+        ..quiet()
+    };
+    assert_eq!(
+        ingest(&target, &input, &l2, &Config::default())
+            .unwrap()
+            .version,
+        before + 1
+    );
 }

@@ -38,8 +38,9 @@ pub struct IngestOptions {
     pub column: Option<String>,
     /// JSON Lines file of scalar columns, one line per vector (`.fvecs`/`.npy`).
     pub meta: Option<PathBuf>,
-    /// Default metric of vector columns of a new dataset.
-    pub metric: Metric,
+    /// Metric of a new dataset's vector columns (`None`: l2). Given for an
+    /// existing dataset, it must be the metric the dataset has.
+    pub metric: Option<Metric>,
     /// Draw a progress bar on stderr (when it is a terminal).
     pub progress: bool,
 }
@@ -49,7 +50,7 @@ impl Default for IngestOptions {
         IngestOptions {
             column: None,
             meta: None,
-            metric: Metric::L2,
+            metric: None,
             progress: true,
         }
     }
