@@ -7,7 +7,7 @@ use super::bench::{
     IvfBenchOptions,
 };
 use super::engine_bench::{run_engine_bench, EngineBenchOptions};
-use super::print::{info, progress_printer, write_results};
+use super::print::{committed, info, progress_printer, write_results};
 use shoal::db::ingest::ingest;
 use shoal::index::IndexParams;
 use shoal::query::{FilterMode, PerQuery};
@@ -37,17 +37,20 @@ pub fn run(cli: Cli) -> Result<()> {
                 progress: true,
             };
             let report = ingest(&dataset, &vectors, &opts, &config)?;
-            println!(
-                "{} {} rows into {} (version {})",
-                if report.created {
-                    "created dataset with"
-                } else {
-                    "appended"
-                },
-                report.rows,
-                dataset.display(),
-                report.version
-            );
+            committed(
+                report.version,
+                format_args!(
+                    "{} {} rows into {} (version {})",
+                    if report.created {
+                        "created dataset with"
+                    } else {
+                        "appended"
+                    },
+                    report.rows,
+                    dataset.display(),
+                    report.version
+                ),
+            )?;
             Ok(())
         }
         Command::Info { dataset, version } => info(&dataset, version, &config),
@@ -114,15 +117,18 @@ pub fn run(cli: Cli) -> Result<()> {
             let meta =
                 ds.create_index_with_progress(column.as_deref(), params, &mut progress_printer())?;
             eprintln!();
-            println!(
-                "built {} on '{}': {} partitions over {} rows in {:.1} s (version {})",
-                meta.params.kind.name(),
-                meta.column,
-                meta.params.partitions,
-                meta.rows,
-                start.elapsed().as_secs_f64(),
-                ds.version()
-            );
+            committed(
+                ds.version(),
+                format_args!(
+                    "built {} on '{}': {} partitions over {} rows in {:.1} s (version {})",
+                    meta.params.kind.name(),
+                    meta.column,
+                    meta.params.partitions,
+                    meta.rows,
+                    start.elapsed().as_secs_f64(),
+                    ds.version()
+                ),
+            )?;
             Ok(())
         }
         Command::Optimize { dataset } => {
@@ -130,20 +136,26 @@ pub fn run(cli: Cli) -> Result<()> {
             let built = ds.optimize(&mut progress_printer())?;
             eprintln!();
             if built.is_empty() {
-                println!(
-                    "every fragment is indexed; nothing to do (version {})",
-                    ds.version()
-                );
+                committed(
+                    ds.version(),
+                    format_args!(
+                        "every fragment is indexed; nothing to do (version {})",
+                        ds.version()
+                    ),
+                )?;
             }
             for m in built {
-                println!(
-                    "delta segment {} on '{}': {} rows in fragments {:?} (version {})",
-                    m.id,
-                    m.column,
-                    m.rows,
-                    m.fragments,
-                    ds.version()
-                );
+                committed(
+                    ds.version(),
+                    format_args!(
+                        "delta segment {} on '{}': {} rows in fragments {:?} (version {})",
+                        m.id,
+                        m.column,
+                        m.rows,
+                        m.fragments,
+                        ds.version()
+                    ),
+                )?;
             }
             Ok(())
         }
@@ -151,25 +163,34 @@ pub fn run(cli: Cli) -> Result<()> {
             let mut ds = Dataset::open_with_config(&dataset, config)?;
             let meta = ds.reindex(column.as_deref(), &mut progress_printer())?;
             eprintln!();
-            println!(
-                "rebuilt {} on '{}' over {} rows (version {})",
-                meta.params.kind.name(),
-                meta.column,
-                meta.rows,
-                ds.version()
-            );
+            committed(
+                ds.version(),
+                format_args!(
+                    "rebuilt {} on '{}' over {} rows (version {})",
+                    meta.params.kind.name(),
+                    meta.column,
+                    meta.rows,
+                    ds.version()
+                ),
+            )?;
             Ok(())
         }
         Command::Delete { dataset, filter } => {
             let mut ds = Dataset::open_with_config(&dataset, config)?;
             let n = ds.delete(&filter)?;
             if n == 0 {
-                println!(
-                    "no rows matched; nothing deleted (version {})",
-                    ds.version()
-                );
+                committed(
+                    ds.version(),
+                    format_args!(
+                        "no rows matched; nothing deleted (version {})",
+                        ds.version()
+                    ),
+                )?;
             } else {
-                println!("deleted {n} rows (version {})", ds.version());
+                committed(
+                    ds.version(),
+                    format_args!("deleted {n} rows (version {})", ds.version()),
+                )?;
             }
             Ok(())
         }

@@ -6,6 +6,35 @@ use shoal::{Config, Dataset, Error, Result};
 use std::io::Write;
 use std::path::Path;
 
+/// Where stdout errors are reported as coming from.
+pub const STDOUT: &str = "<stdout>";
+
+/// Writes one line to stdout: a closed pipe or a full disk is an error
+/// (`Error::Io` on `<stdout>`), never a panic as with `println!`.
+pub fn stdout_line(line: std::fmt::Arguments<'_>) -> Result<()> {
+    writeln!(std::io::stdout().lock(), "{line}").map_err(|e| Error::io(STDOUT, e))
+}
+
+/// Writes a write command's report line; when stdout fails, the error says
+/// that `version` was committed, so a script that retries on failure does
+/// not apply the write twice.
+pub fn committed(version: u64, line: std::fmt::Arguments<'_>) -> Result<()> {
+    writeln!(std::io::stdout().lock(), "{line}").map_err(|e| {
+        Error::io(
+            format!("{STDOUT} (version {version} was committed; do not retry the write)"),
+            e,
+        )
+    })
+}
+
+/// `println!` that returns stdout's failure as an error (see
+/// [`stdout_line`]); use with `?`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::print::stdout_line(format_args!($($arg)*))
+    };
+}
+
 /// Prints `stage done/total` on one stderr line while long work runs.
 pub fn progress_printer() -> impl FnMut(&str, usize, usize) {
     let mut last = std::time::Instant::now() - std::time::Duration::from_secs(1);
@@ -24,34 +53,37 @@ pub fn info(path: &Path, version: Option<u64>, config: &Config) -> Result<()> {
     if let Some(v) = version {
         ds = ds.checkout(v)?;
     }
-    println!(
+    out!(
         "dataset {}  version {}  rows {}",
         path.display(),
         ds.version(),
         ds.count_rows()
-    );
-    println!("schema:");
+    )?;
+    out!("schema:")?;
     for c in &ds.schema().columns {
         match &c.ty {
             shoal::ColumnType::Vector { dim, metric } => {
-                println!("  {:<16} vector[{dim}] (metric {metric})", c.name)
+                out!("  {:<16} vector[{dim}] (metric {metric})", c.name)?
             }
-            other => println!("  {:<16} {}", c.name, other.describe()),
+            other => out!("  {:<16} {}", c.name, other.describe())?,
         }
     }
-    println!("fragments:");
+    out!("fragments:")?;
     for f in &ds.manifest().fragments {
-        println!(
+        out!(
             "  {:>4}  {:>10} rows  {:>8} deleted  {}",
-            f.id, f.rows, f.deleted_rows, f.file
-        );
+            f.id,
+            f.rows,
+            f.deleted_rows,
+            f.file
+        )?;
     }
-    println!("index segments:");
+    out!("index segments:")?;
     if ds.index_segments().is_empty() {
-        println!("  none");
+        out!("  none")?;
     }
     for m in ds.index_segments() {
-        println!(
+        out!(
             "  {}  column '{}'  {}  metric {}  {} partitions  {} rows  fragments {:?}{}",
             m.id,
             m.column,
@@ -65,14 +97,18 @@ pub fn info(path: &Path, version: Option<u64>, config: &Config) -> Result<()> {
             } else {
                 format!("  (delta; model of {})", m.trained_in)
             }
-        );
+        )?;
     }
-    println!("versions:");
+    out!("versions:")?;
     for v in ds.versions()? {
-        println!(
+        out!(
             "  {:>4}  {:<8} {:>10} rows  {:>4} fragments  t={}",
-            v.version, v.operation, v.rows, v.fragments, v.timestamp_ms
-        );
+            v.version,
+            v.operation,
+            v.rows,
+            v.fragments,
+            v.timestamp_ms
+        )?;
     }
     Ok(())
 }
@@ -119,9 +155,9 @@ pub fn write_results(
                     .iter()
                     .map(|h| format!("{}:{:.5}", h.id, h.distance))
                     .collect();
-                let _ = writeln!(out, "{qi}\t{}", row.join(" "));
+                writeln!(out, "{qi}\t{}", row.join(" ")).map_err(|e| Error::io(STDOUT, e))?;
             }
-            Ok(())
+            out.flush().map_err(|e| Error::io(STDOUT, e))
         }
     }
 }

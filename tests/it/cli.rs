@@ -287,3 +287,55 @@ fn serve_answers_http_and_stops_cleanly_on_sigint() {
     let rest: Vec<String> = lines.map_while(|l| l.ok()).collect();
     assert!(rest.iter().any(|l| l == "shoal stopped"), "{rest:?}");
 }
+
+/// A command whose stdout cannot be written fails with `error:` (a write
+/// says that it committed, so a retrying script does not apply it twice);
+/// a reader that closed the pipe ends the command quietly. Never a panic.
+#[test]
+fn stdout_failures_are_errors_not_panics() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("SKIPPED: no /dev/full on this system");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let input = dir.path().join("v.fvecs");
+    let vectors: Vec<Vec<f32>> = (0..50).map(|i| vec![i as f32, 1.0, 2.0, 3.0]).collect();
+    write_fvecs(&input, &vectors).unwrap();
+    let ingest = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["ingest", "--dataset", ds.to_str().unwrap()])
+        .args(["--vectors", input.to_str().unwrap()])
+        .stdout(full.try_clone().unwrap())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&ingest.stderr);
+    assert_eq!(ingest.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains("version 2 was committed"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let info = shoal(&["info", "--dataset", ds.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("version 2  rows 50"));
+
+    let to_full = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["info", "--dataset", ds.to_str().unwrap()])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&to_full.stderr);
+    assert_eq!(to_full.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("<stdout>"), "{stderr}");
+
+    let mut closed = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["info", "--dataset", ds.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(closed.stdout.take());
+    let done = closed.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
