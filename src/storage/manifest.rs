@@ -140,7 +140,48 @@ pub fn read_manifest(root: &Path, version: u64) -> Result<Manifest> {
             "version inside does not match its name",
         ));
     }
+    check_names_and_counts(&manifest).map_err(|message| Error::corrupt(&path, message))?;
     Ok(manifest)
+}
+
+/// A file or directory name a manifest may hold: one plain component
+/// inside its folder of the dataset (no separators, no `..`, not absolute).
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\', '\0'])
+        && !Path::new(name).is_absolute()
+}
+
+/// Checks what a manifest names and counts: every file a plain name inside
+/// the dataset (a manifest naming `../../etc/passwd` is corrupt, never
+/// opened), and no fragment with more deleted rows than rows.
+fn check_names_and_counts(manifest: &Manifest) -> std::result::Result<(), String> {
+    for f in &manifest.fragments {
+        let names = std::iter::once(&f.file).chain(f.deletion_file.as_ref());
+        if let Some(bad) = names.into_iter().find(|n| !is_plain_name(n)) {
+            return Err(format!(
+                "fragment {} names the file {bad:?}, which is not a plain file name inside the dataset",
+                f.id
+            ));
+        }
+        if f.deleted_rows > f.rows {
+            return Err(format!(
+                "fragment {} has {} deleted rows but only {} rows",
+                f.id, f.deleted_rows, f.rows
+            ));
+        }
+    }
+    for seg in &manifest.indices {
+        if !is_plain_name(&seg.id) || !is_plain_name(&seg.trained_in) {
+            return Err(format!(
+                "index segment {:?} (trained in {:?}) is not a plain directory name inside the dataset",
+                seg.id, seg.trained_in
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Publishes `manifest` as its version. Fails with `CommitConflict` when

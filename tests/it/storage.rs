@@ -207,3 +207,46 @@ fn kill_dash_nine_during_a_large_ingest_leaves_the_last_committed_version() {
     let res = ds.search(&Query::new(vec![0.0; dim], 3)).unwrap();
     assert_eq!(res.hits[0].len(), 3);
 }
+
+/// A manifest that names a file outside the dataset, or counts more
+/// deleted rows than rows, is corrupt: opening it fails naming the
+/// manifest, and nothing outside the dataset is read.
+#[test]
+fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, _) = build(dir.path(), &[50], 4, Metric::L2, 1);
+    assert!(ds.delete("id < 5").unwrap() > 0);
+    let v = ds.version();
+    // The newest manifest: `_versions/` names sort by version.
+    let mut names: Vec<_> = std::fs::read_dir(dir.path().join("_versions"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    let path = names.pop().unwrap();
+    assert!(path.to_string_lossy().contains(&format!("{v:020}")));
+    let original = std::fs::read_to_string(&path).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let edited = |field: &str, value: serde_json::Value| {
+        let mut j = json.clone();
+        j["fragments"][0][field] = value;
+        serde_json::to_string_pretty(&j).unwrap()
+    };
+    let rows = json["fragments"][0]["rows"].as_u64().unwrap();
+    let lies = [
+        edited("file", "../../../../etc/passwd".into()),
+        edited("file", "/etc/passwd".into()),
+        edited("deletion_file", "../x.bin".into()),
+        edited("deleted_rows", (rows + 1).into()),
+    ];
+    for lie in lies {
+        assert_ne!(lie, original, "the edit must change the manifest");
+        std::fs::write(&path, &lie).unwrap();
+        match Dataset::open(dir.path()) {
+            Err(Error::Corrupt { path: named, .. }) => assert_eq!(named, path),
+            other => panic!("expected Corrupt naming the manifest, got {other:?}"),
+        }
+    }
+    std::fs::write(&path, &original).unwrap();
+    assert_eq!(Dataset::open(dir.path()).unwrap().count_rows(), 45);
+}
