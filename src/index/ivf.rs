@@ -452,6 +452,22 @@ impl LoadedSegment {
         }
         let ppath = dir.join("partitions.bin");
         let file = std::fs::File::open(&ppath).map_err(|e| missing(&ppath, e))?;
+        // Every partition must lie inside the file: a directory entry that
+        // points past its end (a hand-edited length of 10^15) is corrupt,
+        // never a huge allocation.
+        let file_len = file.metadata().map_err(|e| Error::io(&ppath, e))?.len();
+        for (p, entry) in directory.partitions.iter().enumerate() {
+            let end = entry.offset.checked_add(entry.len);
+            if end.is_none_or(|end| end > file_len) {
+                return Err(Error::corrupt(
+                    &dpath,
+                    format!(
+                        "partition {p} spans bytes {}..+{} of partitions.bin, which has {file_len}",
+                        entry.offset, entry.len
+                    ),
+                ));
+            }
+        }
         Ok(LoadedSegment {
             meta: meta.clone(),
             model: IvfModel {
@@ -494,6 +510,18 @@ impl LoadedSegment {
                 entry.len,
                 self.model.sq.as_ref(),
             )?;
+            // The header's row count is outside the body's CRC: hold it to
+            // the directory's, so that rows cannot silently drop out.
+            if part.row_ids.len() as u64 != u64::from(entry.rows) {
+                return Err(Error::corrupt(
+                    &self.path,
+                    format!(
+                        "partition {p} holds {} rows, segment.json says {}",
+                        part.row_ids.len(),
+                        entry.rows
+                    ),
+                ));
+            }
             if let (
                 Payload::Pq {
                     codes, row_base, ..

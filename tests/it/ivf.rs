@@ -520,3 +520,58 @@ fn optimize_with_two_indexed_columns_builds_one_delta_per_column() {
         assert_eq!(hits(&ds, &indexed), hits(&ds, &exact), "full probe = exact");
     }
 }
+
+/// Lengths and counts read from an index's files are checked before use: a
+/// segment.json partition length past the end of partitions.bin, or a
+/// partition header whose row count (outside the body's CRC) disagrees
+/// with segment.json, is `Corrupt` — never a huge allocation, never rows
+/// silently dropped from results.
+#[test]
+fn lying_partition_lengths_and_row_counts_are_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, rows) = build(dir.path(), &[300], 8, Metric::L2, 1);
+    let meta = ds
+        .create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
+        .unwrap();
+    let seg = dir.path().join("indices").join(&meta.id);
+    let mut q = Query::new(rows[0].vector.clone(), 5);
+    q.options.nprobes = Nprobes::Fixed(4);
+    let search = || Dataset::open(dir.path()).unwrap().search(&q);
+    let good = search().unwrap();
+
+    let directory_path = seg.join("segment.json");
+    let original = std::fs::read_to_string(&directory_path).unwrap();
+    let mut directory: serde_json::Value = serde_json::from_str(&original).unwrap();
+    directory["partitions"][0]["len"] = 1_000_000_000_000_000u64.into();
+    std::fs::write(&directory_path, directory.to_string()).unwrap();
+    let err = search().unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupt { path, .. } if path.ends_with("segment.json")),
+        "{err}"
+    );
+    std::fs::write(&directory_path, &original).unwrap();
+    assert_eq!(search().unwrap().hits, good.hits);
+
+    // Lower one partition header's row count by one.
+    let directory: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let (p, entry) = directory["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e["rows"].as_u64().unwrap() > 1)
+        .unwrap();
+    let at = entry["offset"].as_u64().unwrap() as usize + 12;
+    let parts_path = seg.join("partitions.bin");
+    let mut bytes = std::fs::read(&parts_path).unwrap();
+    let header_rows = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    assert_eq!(
+        u64::from(header_rows),
+        entry["rows"].as_u64().unwrap(),
+        "partition {p}"
+    );
+    bytes[at..at + 4].copy_from_slice(&(header_rows - 1).to_le_bytes());
+    std::fs::write(&parts_path, &bytes).unwrap();
+    let err = search().unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+}
