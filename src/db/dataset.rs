@@ -82,6 +82,24 @@ impl StagedCommit {
     }
 }
 
+/// Refuses a manifest whose vector dimension is above `limits.max_dim`
+/// before anything is sized by it (a hand-edited dimension of 2^32 − 1
+/// would otherwise ask for a huge allocation).
+fn within_limits(manifest: &Manifest, config: &Config) -> Result<()> {
+    for col in &manifest.schema.columns {
+        if let crate::storage::ColumnType::Vector { dim, .. } = col.ty {
+            if dim > config.limits.max_dim {
+                return Err(Error::LimitExceeded {
+                    what: "a vector column's dimension in the manifest",
+                    value: dim,
+                    max: config.limits.max_dim,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -186,6 +204,7 @@ impl Dataset {
             .last()
             .ok_or_else(|| Error::NotADataset(root.clone()))?;
         let manifest = read_manifest(&root, latest)?;
+        within_limits(&manifest, session.config())?;
         Ok(Dataset::from_manifest(root, manifest, session.clone()))
     }
 
@@ -195,6 +214,7 @@ impl Dataset {
             return Ok(self.clone());
         }
         let manifest = read_manifest(&self.root, version)?;
+        within_limits(&manifest, self.session.config())?;
         Ok(self.with_manifest(manifest))
     }
 

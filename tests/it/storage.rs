@@ -247,6 +247,16 @@ fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
             other => panic!("expected Corrupt naming the manifest, got {other:?}"),
         }
     }
+    // A vector dimension of 2^32 - 1: refused before anything is sized by it.
+    let mut huge = json.clone();
+    for col in huge["schema"]["columns"].as_array_mut().unwrap() {
+        if col["type"] == "vector" {
+            col["dim"] = u32::MAX.into();
+        }
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&huge).unwrap()).unwrap();
+    let err = Dataset::open(dir.path()).unwrap_err();
+    assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
     std::fs::write(&path, &original).unwrap();
     assert_eq!(Dataset::open(dir.path()).unwrap().count_rows(), 45);
 }
