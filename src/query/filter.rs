@@ -689,33 +689,34 @@ fn eval(pred: &Pred, batch: &RecordBatch) -> Result<Truth> {
             .into_iter()
             .map(|t| t.map(|b| !b))
             .collect(),
-        Pred::And(operands) => {
-            let mut acc = vec![Some(true); batch.num_rows()];
-            for operand in operands {
-                for (x, y) in acc.iter_mut().zip(eval(operand, batch)?) {
-                    *x = match (*x, y) {
-                        (Some(false), _) | (_, Some(false)) => Some(false),
-                        (Some(true), Some(true)) => Some(true),
-                        _ => None,
-                    };
-                }
-            }
-            acc
-        }
-        Pred::Or(operands) => {
-            let mut acc = vec![Some(false); batch.num_rows()];
-            for operand in operands {
-                for (x, y) in acc.iter_mut().zip(eval(operand, batch)?) {
-                    *x = match (*x, y) {
-                        (Some(true), _) | (_, Some(true)) => Some(true),
-                        (Some(false), Some(false)) => Some(false),
-                        _ => None,
-                    };
-                }
-            }
-            acc
-        }
+        Pred::And(operands) => fold(operands, batch, Some(true), |x, y| match (x, y) {
+            (Some(false), _) | (_, Some(false)) => Some(false),
+            (Some(true), Some(true)) => Some(true),
+            _ => None,
+        })?,
+        Pred::Or(operands) => fold(operands, batch, Some(false), |x, y| match (x, y) {
+            (Some(true), _) | (_, Some(true)) => Some(true),
+            (Some(false), Some(false)) => Some(false),
+            _ => None,
+        })?,
     })
+}
+
+/// Combines the operands of an n-ary AND/OR row by row with the
+/// three-valued `combine`, starting from its `identity`.
+fn fold(
+    operands: &[Pred],
+    batch: &RecordBatch,
+    identity: Option<bool>,
+    combine: impl Fn(Option<bool>, Option<bool>) -> Option<bool>,
+) -> Result<Truth> {
+    let mut acc = vec![identity; batch.num_rows()];
+    for operand in operands {
+        for (x, y) in acc.iter_mut().zip(eval(operand, batch)?) {
+            *x = combine(*x, y);
+        }
+    }
+    Ok(acc)
 }
 
 #[cfg(test)]

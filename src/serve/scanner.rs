@@ -184,11 +184,8 @@ impl Scanner {
         Stats::add(&self.stats.cancelled, split.released as u64);
         for r in split.expired {
             Stats::add(&self.stats.deadline_exceeded, 1);
-            let deadline = r.deadline.unwrap_or(now);
-            let _ = r.payload.reply.send(Err(Error::DeadlineExceeded {
-                waited_ms: now.saturating_duration_since(r.arrived).as_millis() as u64,
-                deadline_ms: deadline.saturating_duration_since(r.arrived).as_millis() as u64,
-            }));
+            let error = r.deadline_exceeded(now);
+            let _ = r.payload.reply.send(Err(error));
         }
         let live = split.live;
         let key_hash = {

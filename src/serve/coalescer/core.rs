@@ -38,6 +38,20 @@ pub struct Pending<P> {
     pub payload: P,
 }
 
+impl<P> Pending<P> {
+    /// The error that tells this request its deadline passed at `now`.
+    pub fn deadline_exceeded(&self, now: Instant) -> crate::error::Error {
+        let deadline = self
+            .deadline
+            .map(|d| d.saturating_duration_since(self.arrived))
+            .unwrap_or_default();
+        crate::error::Error::DeadlineExceeded {
+            waited_ms: now.saturating_duration_since(self.arrived).as_millis() as u64,
+            deadline_ms: deadline.as_millis() as u64,
+        }
+    }
+}
+
 /// Why a group closed into a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlushReason {

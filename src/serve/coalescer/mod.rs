@@ -179,15 +179,8 @@ impl CoalescerActor {
     fn expire(&mut self, now: Instant) {
         for request in self.core.take_due(now.into_std()) {
             Stats::add(&self.stats.deadline_exceeded, 1);
-            let waited = now.into_std().saturating_duration_since(request.arrived);
-            let deadline = request
-                .deadline
-                .map(|d| d.saturating_duration_since(request.arrived))
-                .unwrap_or_default();
-            let _ = request.payload.reply.send(Err(Error::DeadlineExceeded {
-                waited_ms: waited.as_millis() as u64,
-                deadline_ms: deadline.as_millis() as u64,
-            }));
+            let error = request.deadline_exceeded(now.into_std());
+            let _ = request.payload.reply.send(Err(error));
         }
     }
 
