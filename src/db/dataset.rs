@@ -13,7 +13,7 @@ use crate::exec;
 use crate::exec::{CancelToken, Profile};
 use crate::index::ivf::{build_segment, validate_params, LoadedSegment, INDICES_DIR};
 use crate::index::{IndexParams, IndexSegmentMeta, PartitionCache};
-use crate::query::{BatchQuery, Query, ScalarValue, SearchResults, ValidatedBatch};
+use crate::query::{BatchQuery, Query, ScalarValue, SearchMode, SearchResults, ValidatedBatch};
 use crate::storage::conform::conform_batch;
 use crate::storage::deletions::{write_deletions, DELETIONS_DIR};
 use crate::storage::fragment::{FragmentWriter, DATA_DIR};
@@ -149,6 +149,7 @@ impl Dataset {
             next_fragment_id: 0,
             rows_appended: 0,
             indices: Vec::new(),
+            crc32: None,
         };
         commit_manifest(&root, &manifest)?;
         Ok(Dataset::from_manifest(root, manifest, session.clone()))
@@ -384,12 +385,10 @@ impl Dataset {
             deleted |= matched;
             let added = deleted.len() - before;
             if added > 0 {
-                meta.deletion_file = Some(write_deletions(
-                    &self.root,
-                    meta.id,
-                    manifest.version,
-                    &deleted,
-                )?);
+                let (file, checksum) =
+                    write_deletions(&self.root, meta.id, manifest.version, &deleted)?;
+                meta.deletion_file = Some(file);
+                meta.deletion_checksum = Some(checksum);
                 meta.deleted_rows = deleted.len();
                 total += added;
             }
@@ -433,9 +432,21 @@ impl Dataset {
         };
         let validated = ValidatedBatch::new(batch, snapshot.schema(), &self.config().limits)?;
         let fragments = snapshot.fragments()?;
-        let segments = snapshot.segments(&validated.column)?;
+        let indexed = snapshot
+            .manifest
+            .indices
+            .iter()
+            .any(|m| m.column == validated.column);
+        // An exact search never opens the index: damaged index files must
+        // not stop it.
+        let segments = if validated.mode == SearchMode::Exact || !validated.options.use_index {
+            Vec::new()
+        } else {
+            snapshot.segments(&validated.column)?
+        };
         let view = exec::ann::IndexView {
             fragments: &fragments,
+            indexed,
             segments,
             cache: self.session.partition_cache(),
             threads: self.config().scan_threads(),

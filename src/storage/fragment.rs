@@ -14,6 +14,7 @@
 
 use crate::error::{Error, Result};
 use crate::kernel::VectorBlocks;
+use crate::storage::checksum::{ChecksumWriter, FileChecksum};
 use crate::storage::manifest::FragmentMeta;
 use crate::storage::schema::{ColumnType, Schema, ID_COLUMN};
 use arrow_array::{make_array, Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
@@ -22,11 +23,12 @@ use arrow_ipc::reader::FileReader;
 use arrow_ipc::writer::FileWriter;
 use moka::policy::EvictionPolicy;
 use roaring::RoaringBitmap;
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Directory of fragment files inside a dataset.
 pub const DATA_DIR: &str = "data";
@@ -36,7 +38,7 @@ pub struct FragmentWriter {
     id: u32,
     file: String,
     path: PathBuf,
-    writer: FileWriter<BufWriter<File>>,
+    writer: FileWriter<BufWriter<ChecksumWriter<File>>>,
     rows: u64,
 }
 
@@ -50,7 +52,10 @@ impl FragmentWriter {
             .create_new(true)
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
-        let writer = FileWriter::try_new(BufWriter::new(f), &schema.arrow_schema())?;
+        let writer = FileWriter::try_new(
+            BufWriter::new(ChecksumWriter::new(f)),
+            &schema.arrow_schema(),
+        )?;
         Ok(FragmentWriter {
             id,
             file,
@@ -76,9 +81,10 @@ impl FragmentWriter {
     pub fn finish(mut self) -> Result<FragmentMeta> {
         self.writer.finish()?;
         let buf = self.writer.into_inner()?;
-        let file = buf
+        let (checksum, file) = buf
             .into_inner()
-            .map_err(|e| Error::io(&self.path, e.into_error()))?;
+            .map_err(|e| Error::io(&self.path, e.into_error()))?
+            .finish();
         file.sync_all().map_err(|e| Error::io(&self.path, e))?;
         Ok(FragmentMeta {
             id: self.id,
@@ -86,6 +92,8 @@ impl FragmentWriter {
             rows: self.rows,
             deletion_file: None,
             deleted_rows: 0,
+            checksum: Some(checksum),
+            deletion_checksum: None,
         })
     }
 }
@@ -121,6 +129,9 @@ pub struct ColumnCache {
     cache: moka::sync::Cache<ColumnKey, ColumnData>,
     capacity: u64,
     loads: AtomicU64,
+    /// Fragment files whose checksum has been checked in this session
+    /// (files never change once written, so once is enough).
+    verified: Mutex<HashSet<Arc<Path>>>,
 }
 
 impl std::fmt::Debug for ColumnCache {
@@ -145,6 +156,7 @@ impl ColumnCache {
                 .build(),
             capacity: capacity_bytes,
             loads: AtomicU64::new(0),
+            verified: Mutex::new(HashSet::new()),
         }
     }
 
@@ -157,6 +169,24 @@ impl ColumnCache {
     /// Column loads from disk so far (one per column per miss).
     pub fn column_loads(&self) -> u64 {
         self.loads.load(Ordering::Relaxed)
+    }
+
+    /// Checks the fragment file `path` against `checksum` unless this
+    /// session already did: before any of its bytes is decoded.
+    fn verify_once(&self, path: &Arc<Path>, checksum: Option<&FileChecksum>) -> Result<()> {
+        let Some(checksum) = checksum else {
+            return Ok(()); // a fragment written before format 2
+        };
+        let done = |set: &HashSet<Arc<Path>>| set.contains(path);
+        if done(&self.verified.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(());
+        }
+        checksum.check_file(path)?;
+        self.verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(path.clone());
+        Ok(())
     }
 
     /// Is `column` of the fragment file `path` in memory now?
@@ -197,7 +227,7 @@ impl FragmentView {
                 );
                 let key: ColumnKey = (path, Arc::from("#deleted"));
                 let data = columns.cache.try_get_with(key, || {
-                    crate::storage::deletions::read_deletions(root, file)
+                    crate::storage::deletions::read_deletions(root, file, meta)
                         .map(|d| ColumnData::Deletions(Arc::new(d)))
                 });
                 match data.map_err(|e: Arc<Error>| (*e).clone())? {
@@ -242,6 +272,8 @@ impl FragmentView {
         name: &str,
         mut f: impl FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<()> {
+        self.columns
+            .verify_once(&self.path, self.meta.checksum.as_ref())?;
         let path = &*self.path;
         let (index, dim) = self
             .schema
@@ -321,6 +353,8 @@ impl FragmentView {
             }
         }
         if !missing.is_empty() {
+            self.columns
+                .verify_once(&self.path, self.meta.checksum.as_ref())?;
             let loaded = read_columns(&self.path, &self.meta, &self.schema, &missing)?;
             self.columns
                 .loads

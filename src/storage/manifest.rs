@@ -8,6 +8,7 @@
 //! file, which readers ignore: the previous version stays the latest.
 
 use crate::error::{Error, Result};
+use crate::storage::checksum::FileChecksum;
 use crate::storage::schema::Schema;
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -17,11 +18,14 @@ use std::path::{Path, PathBuf};
 /// Directory of manifests inside a dataset.
 pub const VERSIONS_DIR: &str = "_versions";
 const SUFFIX: &str = ".manifest";
-/// The on-disk format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The on-disk format this build writes. Format 2 added checksums: the
+/// manifest's own CRC-32 and one per fragment and deletion file. Format 1
+/// manifests are still read (without those checks).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// One data fragment: an Arrow IPC file of rows, plus its deletions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FragmentMeta {
     /// Fragment id: the high 32 bits of its rows' row ids.
     pub id: u32,
@@ -33,6 +37,14 @@ pub struct FragmentMeta {
     pub deletion_file: Option<String>,
     /// Number of deleted rows.
     pub deleted_rows: u64,
+    /// Length and CRC-32 of the fragment file, checked before its first
+    /// use in a session. Absent only in fragments written before format 2
+    /// (those are read unchecked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<FileChecksum>,
+    /// Length and CRC-32 of the deletion file, checked whenever it is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_checksum: Option<FileChecksum>,
 }
 
 /// Everything that defines one version of a dataset.
@@ -58,6 +70,21 @@ pub struct Manifest {
     /// Index segments of this version.
     #[serde(default)]
     pub indices: Vec<crate::storage::index_meta::IndexSegmentMeta>,
+    /// CRC-32 of this manifest's compact JSON form without this field
+    /// (see [`manifest_crc32`]); required from format 2 on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32: Option<u32>,
+}
+
+/// The CRC-32 a manifest records of itself: over its compact JSON form with
+/// `crc32` left out. Computed from the parsed struct on read, so any change
+/// to a value (not to whitespace) is caught.
+fn manifest_crc32(manifest: &Manifest) -> Result<u32> {
+    let mut unsigned = manifest.clone();
+    unsigned.crc32 = None;
+    let json = serde_json::to_vec(&unsigned)
+        .map_err(|e| Error::Internal(format!("manifest serialisation: {e}")))?;
+    Ok(crc32fast::hash(&json))
 }
 
 impl Manifest {
@@ -125,14 +152,21 @@ pub fn read_manifest(root: &Path, version: u64) -> Result<Manifest> {
     };
     let manifest: Manifest =
         serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e.to_string()))?;
-    if manifest.format != FORMAT_VERSION {
+    if !(1..=FORMAT_VERSION).contains(&manifest.format) {
         return Err(Error::corrupt(
             &path,
             format!(
-                "format {} is not supported by this build (expects {FORMAT_VERSION})",
+                "format {} is not supported by this build (reads 1..={FORMAT_VERSION})",
                 manifest.format
             ),
         ));
+    }
+    if manifest.format >= 2 {
+        match manifest.crc32 {
+            Some(recorded) if recorded == manifest_crc32(&manifest)? => {}
+            Some(_) => return Err(Error::corrupt(&path, "checksum mismatch")),
+            None => return Err(Error::corrupt(&path, "manifest has no checksum")),
+        }
     }
     if manifest.version != version {
         return Err(Error::corrupt(
@@ -184,9 +218,14 @@ fn check_names_and_counts(manifest: &Manifest) -> std::result::Result<(), String
     Ok(())
 }
 
-/// Publishes `manifest` as its version. Fails with `CommitConflict` when
-/// that version already exists; never overwrites.
+/// Publishes `manifest` as its version, in this build's format with its
+/// checksum. Fails with `CommitConflict` when that version already exists;
+/// never overwrites.
 pub fn commit_manifest(root: &Path, manifest: &Manifest) -> Result<()> {
+    let mut manifest = manifest.clone();
+    manifest.format = FORMAT_VERSION;
+    manifest.crc32 = Some(manifest_crc32(&manifest)?);
+    let manifest = &manifest;
     let dir = root.join(VERSIONS_DIR);
     let final_path = manifest_path(root, manifest.version);
     let tmp_path = dir.join(format!(

@@ -1,6 +1,7 @@
 //! On-disk datasets: versioned manifests, Arrow fragments, deletion bitmaps
 //! and ingest from common vector file formats.
 
+pub(crate) mod checksum;
 pub(crate) mod conform;
 pub(crate) mod deletions;
 pub(crate) mod fragment;

@@ -3,6 +3,7 @@
 mod bad_input;
 mod cli;
 mod common;
+mod corruption;
 mod engine;
 mod exact;
 mod http;

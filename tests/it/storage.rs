@@ -227,10 +227,18 @@ fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
     assert!(path.to_string_lossy().contains(&format!("{v:020}")));
     let original = std::fs::read_to_string(&path).unwrap();
     let json: serde_json::Value = serde_json::from_str(&original).unwrap();
+    // Format 1 manifests carry no checksum: the checks below must hold on
+    // their own. (A format 2 manifest edited the same way fails its
+    // checksum first, checked at the end.)
+    let legacy = |mut j: serde_json::Value| {
+        j["format"] = 1.into();
+        j.as_object_mut().unwrap().remove("crc32");
+        j
+    };
     let edited = |field: &str, value: serde_json::Value| {
         let mut j = json.clone();
         j["fragments"][0][field] = value;
-        serde_json::to_string_pretty(&j).unwrap()
+        serde_json::to_string_pretty(&legacy(j)).unwrap()
     };
     let rows = json["fragments"][0]["rows"].as_u64().unwrap();
     let lies = [
@@ -248,7 +256,7 @@ fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
         }
     }
     // A vector dimension of 2^32 - 1: refused before anything is sized by it.
-    let mut huge = json.clone();
+    let mut huge = legacy(json.clone());
     for col in huge["schema"]["columns"].as_array_mut().unwrap() {
         if col["type"] == "vector" {
             col["dim"] = u32::MAX.into();
@@ -257,6 +265,12 @@ fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
     std::fs::write(&path, serde_json::to_string_pretty(&huge).unwrap()).unwrap();
     let err = Dataset::open(dir.path()).unwrap_err();
     assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
+    // The same edit in the format 2 manifest as written: its checksum.
+    let mut signed_lie = json.clone();
+    signed_lie["fragments"][0]["deleted_rows"] = (rows + 1).into();
+    std::fs::write(&path, serde_json::to_string_pretty(&signed_lie).unwrap()).unwrap();
+    let err = Dataset::open(dir.path()).unwrap_err();
+    assert!(err.to_string().contains("checksum mismatch"), "{err}");
     std::fs::write(&path, &original).unwrap();
     assert_eq!(Dataset::open(dir.path()).unwrap().count_rows(), 45);
 }
