@@ -28,7 +28,10 @@ use std::time::Instant;
 pub struct IndexView<'a> {
     /// Every fragment of the snapshot.
     pub fragments: &'a [FragmentView],
-    /// Index segments of the searched column.
+    /// Whether the searched column has index segments in this snapshot.
+    pub indexed: bool,
+    /// Index segments of the searched column, opened; left empty when the
+    /// search cannot use them (an exact search never opens index files).
     pub segments: Vec<Arc<LoadedSegment>>,
     /// The partition cache.
     pub cache: &'a PartitionCache,

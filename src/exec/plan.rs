@@ -68,10 +68,7 @@ pub fn execute(
         } else {
             "use_index = false".to_string()
         });
-    } else if batch.mode == SearchMode::Auto
-        && !batch.options.use_index
-        && !view.segments.is_empty()
-    {
+    } else if batch.mode == SearchMode::Auto && !batch.options.use_index && view.indexed {
         profile.fallback_reason = Some("use_index = false".into());
     }
     let t = Instant::now();

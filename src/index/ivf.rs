@@ -17,7 +17,9 @@
 use crate::error::{Error, Result};
 use crate::index::cache::PartitionCache;
 use crate::index::kmeans::{self, KMeansParams};
-use crate::index::partition::{read_partition, Partition, PartitionWriter, Payload, RecordKind};
+use crate::index::partition::{
+    read_partition, ExpectedRecord, Partition, PartitionWriter, Payload, RecordKind,
+};
 use crate::index::pq::ProductQuantizer;
 use crate::index::sq::ScalarQuantizer;
 use crate::kernel::{Metric, PreparedQueries, VectorBlocks};
@@ -39,6 +41,11 @@ struct PartitionEntry {
     len: u64,
     rows: u32,
 }
+
+/// The `segment.json` format this build writes. Format 2 added a CRC-32
+/// over each partition header; format 1 segments are still read, with
+/// every header field held to the directory but no header CRC.
+const SEGMENT_FORMAT: u32 = 2;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,11 +91,15 @@ fn visible_rows(fragments: &[FragmentView]) -> usize {
 
 /// Streams the non-deleted rows of `fragments`' column `column` in storage
 /// order, one record batch at a time: `f(row_ids, row-major rows)`. Memory
-/// is one batch, whatever the data's size.
+/// is one batch, whatever the data's size. Every row is held to what
+/// `metric` can score ([`Metric::vector_problem`]; ingest enforces it, but
+/// a dataset written before that check may hold a vector that would turn
+/// k-means distances into NaN).
 fn for_each_visible(
     fragments: &[FragmentView],
     column: &str,
     dim: usize,
+    metric: Metric,
     mut f: impl FnMut(&[u64], &[f32]) -> Result<()>,
 ) -> Result<()> {
     let (mut ids, mut kept) = (Vec::new(), Vec::new());
@@ -96,6 +107,19 @@ fn for_each_visible(
         let base = (frag.meta.id as u64) << 32;
         frag.for_each_vector_batch(column, |first, rows| {
             let n = rows.len() / dim;
+            for (i, row) in rows.chunks_exact(dim).enumerate() {
+                let deleted = frag
+                    .deleted
+                    .as_ref()
+                    .is_some_and(|d| d.contains((first + i) as u32));
+                if let Some(problem) = metric.vector_problem(row).filter(|_| !deleted) {
+                    return Err(Error::InvalidArgument(format!(
+                        "cannot index {}: the vector of row offset {} {problem}",
+                        frag.path().display(),
+                        first + i
+                    )));
+                }
+            }
             ids.clear();
             match &frag.deleted {
                 None => {
@@ -124,6 +148,7 @@ fn sample_rows(
     fragments: &[FragmentView],
     column: &str,
     dim: usize,
+    metric: Metric,
     n: usize,
     params: &IndexParams,
 ) -> Result<Vec<f32>> {
@@ -137,7 +162,7 @@ fn sample_rows(
     order.sort_unstable();
     let mut sample = Vec::with_capacity(order.len() * dim);
     let (mut position, mut next) = (0usize, 0usize);
-    for_each_visible(fragments, column, dim, |ids, rows| {
+    for_each_visible(fragments, column, dim, metric, |ids, rows| {
         let end = position + ids.len();
         while let Some(&pick) = order.get(next).filter(|&&p| (p as usize) < end) {
             let i = pick as usize - position;
@@ -283,7 +308,7 @@ pub fn build_segment(
     let (model, trained_in) = match model {
         Some((m, from)) => (m.clone(), from.to_string()),
         None => {
-            let sample = sample_rows(fragments, column, dim, n, params)?;
+            let sample = sample_rows(fragments, column, dim, metric, n, params)?;
             (
                 train_model(params, metric, dim, &sample, progress)?,
                 id.clone(),
@@ -294,7 +319,7 @@ pub fn build_segment(
     let coarse = coarse_metric(metric);
     // Pass 1: assign every row (4 bytes a row are kept), count per partition.
     let mut assigned: Vec<u32> = Vec::with_capacity(n);
-    for_each_visible(fragments, column, dim, |_, rows| {
+    for_each_visible(fragments, column, dim, metric, |_, rows| {
         assigned.extend(kmeans::assign(rows, dim, &model.centroids, coarse));
         progress("assign", assigned.len(), n);
         Ok(())
@@ -315,7 +340,7 @@ pub fn build_segment(
     let mut next = 0usize;
     let mut residual = vec![0.0f32; dim];
     let mut code = vec![0u8; model.pq.as_ref().map_or(dim, |pq| pq.m)];
-    for_each_visible(fragments, column, dim, |ids, rows| {
+    for_each_visible(fragments, column, dim, metric, |ids, rows| {
         let quant_in = if kind == RecordKind::Flat {
             Vec::new()
         } else {
@@ -352,7 +377,7 @@ pub fn build_segment(
     let mbytes = model_bytes(&model);
     write_synced(&dir.join("model.bin"), &mbytes)?;
     let directory = SegmentDirectory {
-        format: 1,
+        format: SEGMENT_FORMAT,
         dim,
         model_bytes: mbytes.len() as u64,
         model_crc32: crc32fast::hash(&mbytes),
@@ -383,6 +408,10 @@ pub struct LoadedSegment {
     /// Cache key prefix.
     pub key: Arc<str>,
     directory: Vec<PartitionEntry>,
+    /// `segment.json`'s format (decides whether headers carry a CRC).
+    format: u32,
+    /// What every partition record of this segment holds.
+    record_kind: RecordKind,
     path: PathBuf,
     file: std::fs::File,
 }
@@ -399,6 +428,15 @@ impl LoadedSegment {
         let bytes = std::fs::read(&dpath).map_err(|e| missing(&dpath, e))?;
         let directory: SegmentDirectory =
             serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&dpath, e.to_string()))?;
+        if !(1..=SEGMENT_FORMAT).contains(&directory.format) {
+            return Err(Error::corrupt(
+                &dpath,
+                format!(
+                    "segment format {} is not supported by this build (reads 1..={SEGMENT_FORMAT})",
+                    directory.format
+                ),
+            ));
+        }
         let mpath = dir.join("model.bin");
         let model_raw = std::fs::read(&mpath).map_err(|e| missing(&mpath, e))?;
         if model_raw.len() as u64 != directory.model_bytes
@@ -460,9 +498,9 @@ impl LoadedSegment {
             let end = entry.offset.checked_add(entry.len);
             if end.is_none_or(|end| end > file_len) {
                 return Err(Error::corrupt(
-                    &dpath,
+                    &ppath,
                     format!(
-                        "partition {p} spans bytes {}..+{} of partitions.bin, which has {file_len}",
+                        "segment.json places partition {p} at bytes {}..+{}, the file has {file_len}",
                         entry.offset, entry.len
                     ),
                 ));
@@ -478,6 +516,12 @@ impl LoadedSegment {
                 sq,
             },
             key: Arc::from(dir.to_string_lossy().as_ref()),
+            format: directory.format,
+            record_kind: match meta.params.kind {
+                IndexKind::IvfFlat => RecordKind::Flat,
+                IndexKind::IvfSq => RecordKind::Sq,
+                IndexKind::IvfPq { sub_vectors } => RecordKind::Pq { m: sub_vectors },
+            },
             directory: directory.partitions,
             path: ppath,
             file,
@@ -502,26 +546,17 @@ impl LoadedSegment {
     ) -> Result<(Arc<Partition>, Option<u64>)> {
         let entry = &self.directory[p as usize];
         cache.get((self.key.clone(), p), || {
-            let mut part = read_partition(
-                &self.path,
-                &self.file,
-                p,
-                entry.offset,
-                entry.len,
-                self.model.sq.as_ref(),
-            )?;
-            // The header's row count is outside the body's CRC: hold it to
-            // the directory's, so that rows cannot silently drop out.
-            if part.row_ids.len() as u64 != u64::from(entry.rows) {
-                return Err(Error::corrupt(
-                    &self.path,
-                    format!(
-                        "partition {p} holds {} rows, segment.json says {}",
-                        part.row_ids.len(),
-                        entry.rows
-                    ),
-                ));
-            }
+            let expected = ExpectedRecord {
+                partition: p,
+                offset: entry.offset,
+                len: entry.len,
+                rows: entry.rows,
+                kind: self.record_kind,
+                dim: self.model.dim,
+                header_crc: self.format >= 2,
+            };
+            let mut part =
+                read_partition(&self.path, &self.file, &expected, self.model.sq.as_ref())?;
             if let (
                 Payload::Pq {
                     codes, row_base, ..

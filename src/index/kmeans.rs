@@ -132,7 +132,9 @@ unsafe fn argmin_avx512(xs: &[f32]) -> (usize, f32) {
     for x in tail {
         min = min.min(*x);
     }
-    if min == f32::INFINITY {
+    // All +inf, or a NaN absorbed by the min: the scalar loop's answer
+    // (never a position past the end).
+    if min == f32::INFINITY || min.is_nan() {
         return argmin_scalar(xs);
     }
     let target = _mm512_set1_ps(min);
@@ -144,8 +146,10 @@ unsafe fn argmin_avx512(xs: &[f32]) -> (usize, f32) {
         }
     }
     let base = xs.len() - tail.len();
-    let i = tail.iter().position(|x| *x == min).unwrap_or(0);
-    (base + i, min)
+    match tail.iter().position(|x| *x == min) {
+        Some(i) => (base + i, min),
+        None => argmin_scalar(xs),
+    }
 }
 
 /// Trains `params.k` centroids on `sample` (row-major, `dim` wide).
@@ -267,6 +271,18 @@ mod tests {
                 }
                 assert_eq!(argmin(&xs), (at, 1.0), "n {n} at {at}");
             }
+        }
+    }
+
+    #[test]
+    fn argmin_of_nan_is_a_position_inside_the_slice() {
+        for n in [1usize, 16, 17, 256] {
+            let (i, _) = argmin(&vec![f32::NAN; n]);
+            assert!(i < n, "n {n}: {i}");
+            let mut xs = vec![f32::NAN; n];
+            xs[n - 1] = 2.0;
+            let (i, _) = argmin(&xs);
+            assert!(i < n, "n {n}: {i}");
         }
     }
 

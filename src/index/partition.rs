@@ -6,15 +6,19 @@
 //!
 //! ```text
 //! header (64 bytes): b"SHOALPRT", partition u32, rows u32, kind u32,
-//!                    dim u32, code_len u32, body_len u64, crc32(body) u32, zero padding
+//!                    dim u32, code_len u32, body_len u64, crc32(body) u32,
+//!                    crc32(header bytes 0..40) u32, zero padding
 //! body:              row ids (u64 × rows, padded to 64 bytes), then
 //!                    flat: norms (f32 × rows, padded to 64) + block-transposed vectors
 //!                    sq:   codes (u8 × rows × dim)
 //!                    pq:   codes (u8 × rows × m)
 //! ```
 //!
-//! The segment's `segment.json` lists each record's offset and length; the
-//! header repeats what is needed to check a read, and the CRC-32 catches
+//! The segment's `segment.json` lists each record's offset, length and
+//! rows; the header repeats what is needed to check a read. On read every
+//! header field is held to what the segment expects (partition, rows, kind,
+//! dimension, code length, body length), the header's own CRC-32 (segment
+//! format 2) catches a flipped byte in it, and the body's CRC-32 catches
 //! corruption before any garbage could be scored.
 
 use crate::error::{Error, Result};
@@ -25,6 +29,8 @@ use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"SHOALPRT";
 const HEADER: usize = 64;
+/// Where the header's own CRC-32 sits (it covers the bytes before it).
+const HEADER_CRC_AT: usize = 40;
 
 /// What a partition's rows hold.
 #[derive(Debug)]
@@ -98,7 +104,8 @@ fn pad64(v: &mut Vec<u8>) {
 }
 
 /// The fixed part of a record: magic, partition, rows, kind, dim, code
-/// length, body length and the body's CRC-32, zero-padded to 64 bytes.
+/// length, body length, the body's CRC-32 and the CRC-32 of those 40 bytes,
+/// zero-padded to 64 bytes.
 #[allow(clippy::too_many_arguments)]
 fn header_bytes(
     partition: u32,
@@ -118,6 +125,8 @@ fn header_bytes(
     out.extend_from_slice(&code_len.to_le_bytes());
     out.extend_from_slice(&body_len.to_le_bytes());
     out.extend_from_slice(&crc.to_le_bytes());
+    let header_crc = crc32fast::hash(&out[..HEADER_CRC_AT]);
+    out.extend_from_slice(&header_crc.to_le_bytes());
     out.resize(HEADER, 0);
     out
 }
@@ -420,19 +429,39 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Reads and checks partition `partition` from `file` at `offset..offset+len`.
-/// `sq` decodes IVF_SQ codes.
+/// What the segment expects of one partition record; every header field is
+/// held to it before the body is used.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpectedRecord {
+    /// The partition's number.
+    pub partition: u32,
+    /// Where the record starts in the file, and its length (header + body).
+    pub offset: u64,
+    /// Length of the record.
+    pub len: u64,
+    /// Rows the segment directory says it holds.
+    pub rows: u32,
+    /// The segment's payload kind.
+    pub kind: RecordKind,
+    /// The segment's dimension.
+    pub dim: usize,
+    /// Whether the header carries its own CRC-32 (segment format 2 on).
+    pub header_crc: bool,
+}
+
+/// Reads and checks one partition record of `file`. `sq` decodes IVF_SQ
+/// codes. A record that does not match `expected` in every header field, or
+/// whose header or body fails its CRC, is [`Error::Corrupt`] naming the file.
 pub fn read_partition(
     path: &Path,
     file: &std::fs::File,
-    partition: u32,
-    offset: u64,
-    len: u64,
+    expected: &ExpectedRecord,
     sq: Option<&ScalarQuantizer>,
 ) -> Result<Partition> {
+    let partition = expected.partition;
     let corrupt = |m: String| Error::corrupt(path, format!("partition {partition}: {m}"));
-    let mut bytes = vec![0u8; len as usize];
-    file.read_exact_at(&mut bytes, offset)
+    let mut bytes = vec![0u8; expected.len as usize];
+    file.read_exact_at(&mut bytes, expected.offset)
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::UnexpectedEof => corrupt("file is truncated".into()),
             _ => Error::io(path, e),
@@ -440,24 +469,41 @@ pub fn read_partition(
     if bytes.len() < HEADER || &bytes[..8] != MAGIC {
         return Err(corrupt("bad record header".into()));
     }
+    if expected.header_crc
+        && crc32fast::hash(&bytes[..HEADER_CRC_AT]) != u32_at(&bytes, HEADER_CRC_AT)
+    {
+        return Err(corrupt("header checksum mismatch".into()));
+    }
     let (pid, rows, kind, dim, code_len) = (
         u32_at(&bytes, 8),
         u32_at(&bytes, 12) as usize,
         u32_at(&bytes, 16),
         u32_at(&bytes, 20) as usize,
-        u32_at(&bytes, 24) as usize,
+        u32_at(&bytes, 24),
     );
     let body_len = u64::from_le_bytes(
         bytes[28..36]
             .try_into()
             .map_err(|_| corrupt("header".into()))?,
-    ) as usize;
+    );
     let crc = u32_at(&bytes, 36);
-    if pid != partition || HEADER + body_len != bytes.len() {
-        return Err(corrupt(
-            "record does not match the segment directory".into(),
-        ));
+    let (want_kind, want_code_len) = expected.kind.tag(expected.dim);
+    let mismatch = [
+        ("partition number", u64::from(pid), u64::from(partition)),
+        ("row count", rows as u64, u64::from(expected.rows)),
+        ("payload kind", u64::from(kind), u64::from(want_kind)),
+        ("dimension", dim as u64, expected.dim as u64),
+        ("code length", u64::from(code_len), u64::from(want_code_len)),
+        ("body length", body_len, (bytes.len() - HEADER) as u64),
+    ]
+    .into_iter()
+    .find(|(_, got, want)| got != want);
+    if let Some((field, got, want)) = mismatch {
+        return Err(corrupt(format!(
+            "header {field} is {got}, the segment expects {want}"
+        )));
     }
+    let code_len = code_len as usize;
     let body = &bytes[HEADER..];
     if crc32fast::hash(body) != crc {
         return Err(corrupt("checksum mismatch".into()));
@@ -476,8 +522,8 @@ pub fn read_partition(
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
         .collect();
     let rest = &body[ids_len..];
-    let payload = match kind {
-        0 => {
+    let payload = match expected.kind {
+        RecordKind::Flat => {
             let norms_len = (rows * 4).div_ceil(64) * 64;
             let nblocks = rows.div_ceil(BLOCK);
             need(ids_len + norms_len + nblocks * dim * 64)?;
@@ -496,7 +542,7 @@ pub fn read_partition(
                     .ok_or_else(|| corrupt("sizes".into()))?,
             )
         }
-        1 => {
+        RecordKind::Sq => {
             need(ids_len + rows * dim)?;
             let sq = sq.ok_or_else(|| corrupt("SQ partition without a quantizer".into()))?;
             let mut decoded = vec![0.0f32; rows * dim];
@@ -508,7 +554,7 @@ pub fn read_partition(
             }
             Payload::Sq(VectorBlocks::from_rows(dim, &decoded))
         }
-        2 => {
+        RecordKind::Pq { .. } => {
             need(ids_len + rows * code_len)?;
             Payload::Pq {
                 m: code_len,
@@ -516,7 +562,6 @@ pub fn read_partition(
                 row_base: Vec::new(),
             }
         }
-        other => return Err(corrupt(format!("unknown payload kind {other}"))),
     };
     Ok(Partition { row_ids, payload })
 }

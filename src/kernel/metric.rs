@@ -36,6 +36,27 @@ impl Metric {
         }
     }
 
+    /// What is wrong with `v` as a stored row or a query under this metric,
+    /// or `None` when it can be scored. A vector must be finite, its squared
+    /// norm at most [`MAX_NORM_SQ`] (so that no distance, centroid or
+    /// residual computed from it overflows float32), and under cosine at
+    /// least [`MIN_COSINE_NORM_SQ`] (a zero or near-zero vector has no
+    /// direction: its norm underflows and every distance would read 1.0).
+    pub fn vector_problem(self, v: &[f32]) -> Option<VectorProblem> {
+        if let Some(position) = v.iter().position(|x| !x.is_finite()) {
+            return Some(VectorProblem::NonFinite { position });
+        }
+        // In f64: the check itself must not overflow or underflow.
+        let norm_sq: f64 = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+        if norm_sq > f64::from(MAX_NORM_SQ) {
+            return Some(VectorProblem::TooLarge { norm_sq });
+        }
+        if self == Metric::Cosine && norm_sq < f64::from(MIN_COSINE_NORM_SQ) {
+            return Some(VectorProblem::NoDirection { norm_sq });
+        }
+        None
+    }
+
     /// Turns a dot product into this metric's distance. `query_norm_sq` is
     /// ‖q‖² of the *prepared* query (see [`PreparedQueries`](crate::kernel::PreparedQueries)), `norm_sq` is
     /// ‖x‖². Every code path finishes distances here, so they agree bit for bit.
@@ -55,8 +76,102 @@ impl Metric {
     }
 }
 
+/// The largest squared norm of a vector shoal stores or searches with:
+/// 2^120 (a norm of 2^60 ≈ 1.15e18). Distances between such vectors, sums
+/// of them in k-means and residuals in PQ stay far below float32's maximum
+/// (≈ 3.4e38 ≈ 2^128).
+pub const MAX_NORM_SQ: f32 = 1.329_228e36; // 2^120
+
+/// The smallest squared norm of a vector under cosine: 2^-100 (≈ 7.9e-31).
+/// Below it the norm's square root and the dot products lose their
+/// precision to float32's subnormal range.
+pub const MIN_COSINE_NORM_SQ: f32 = 7.888_609e-31; // 2^-100
+
+/// Why a vector cannot be stored or searched (see [`Metric::vector_problem`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum VectorProblem {
+    /// NaN or an infinity at `position`.
+    NonFinite {
+        /// Index of the first non-finite value.
+        position: usize,
+    },
+    /// Squared norm above [`MAX_NORM_SQ`].
+    TooLarge {
+        /// The vector's squared norm (in f64).
+        norm_sq: f64,
+    },
+    /// Cosine only: squared norm below [`MIN_COSINE_NORM_SQ`].
+    NoDirection {
+        /// The vector's squared norm (in f64).
+        norm_sq: f64,
+    },
+}
+
+impl std::fmt::Display for VectorProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VectorProblem::NonFinite { position } => {
+                write!(
+                    f,
+                    "has a non-finite value (NaN or infinity) at position {position}"
+                )
+            }
+            VectorProblem::TooLarge { norm_sq } => write!(
+                f,
+                "is too large: its squared norm {norm_sq:.3e} is above 2^120 (≈1.3e36), \
+                 where float32 distances would overflow; scale the vectors down"
+            ),
+            VectorProblem::NoDirection { norm_sq } => write!(
+                f,
+                "is zero or too small for cosine: its squared norm {norm_sq:.3e} is below \
+                 2^-100 (≈7.9e-31), so it has no reliable direction; scale it up or leave it out"
+            ),
+        }
+    }
+}
+
 impl std::fmt::Display for Metric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod magnitude_tests {
+    use super::*;
+
+    #[test]
+    fn the_bounds_are_the_powers_of_two_they_claim() {
+        assert_eq!(MAX_NORM_SQ, 2f32.powi(120));
+        assert_eq!(MIN_COSINE_NORM_SQ, 2f32.powi(-100));
+    }
+
+    #[test]
+    fn huge_tiny_and_non_finite_vectors_are_named() {
+        let ok = [0.5f32, -1.0, 2.0];
+        for m in [Metric::L2, Metric::Cosine, Metric::Dot] {
+            assert_eq!(m.vector_problem(&ok), None);
+            assert!(matches!(
+                m.vector_problem(&[1.0, f32::NAN]),
+                Some(VectorProblem::NonFinite { position: 1 })
+            ));
+            assert!(matches!(
+                m.vector_problem(&[1e19, 0.0]),
+                Some(VectorProblem::TooLarge { .. })
+            ));
+            // Squares overflow f32 here, but the check runs in f64.
+            assert!(m.vector_problem(&[1e30; 4]).is_some());
+        }
+        assert!(matches!(
+            Metric::Cosine.vector_problem(&[1e-20; 384]),
+            Some(VectorProblem::NoDirection { .. })
+        ));
+        assert!(Metric::Cosine.vector_problem(&[0.0; 3]).is_some());
+        // Tiny or zero vectors are fine where there is no direction to take.
+        assert_eq!(Metric::L2.vector_problem(&[1e-20; 384]), None);
+        assert_eq!(Metric::Dot.vector_problem(&[0.0; 3]), None);
+        // Just inside both bounds.
+        assert_eq!(Metric::L2.vector_problem(&[1.1e18]), None);
+        assert_eq!(Metric::Cosine.vector_problem(&[1e-15]), None);
     }
 }

@@ -5,8 +5,9 @@
 
 use crate::config::Limits;
 use crate::error::{Error, Result};
+use crate::kernel::metric::VectorProblem;
 use crate::kernel::Metric;
-use crate::kernel::{fma_dot, PreparedQueries};
+use crate::kernel::PreparedQueries;
 use crate::query::filter::Filter;
 use crate::storage::schema::Schema;
 use serde::{Deserialize, Serialize};
@@ -451,19 +452,12 @@ impl ValidatedBatch {
                     got: v.len(),
                 });
             }
-            if let Some(position) = v.iter().position(|x| !x.is_finite()) {
-                return Err(Error::NonFinite { what, position });
-            }
-            let norm_sq = fma_dot(v, v);
-            if !norm_sq.is_finite() {
-                return Err(Error::InvalidArgument(format!(
-                    "{what} is too large: its squared norm overflows float32"
-                )));
-            }
-            if metric == Metric::Cosine && norm_sq == 0.0 {
-                return Err(Error::InvalidArgument(format!(
-                    "{what} is all zeros, which has no cosine distance"
-                )));
+            match metric.vector_problem(v) {
+                None => {}
+                Some(VectorProblem::NonFinite { position }) => {
+                    return Err(Error::NonFinite { what, position })
+                }
+                Some(problem) => return Err(Error::InvalidArgument(format!("{what} {problem}"))),
             }
             flat.extend_from_slice(v);
         }

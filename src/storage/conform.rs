@@ -6,6 +6,7 @@
 //! columns with nulls, and rejects what does not fit — naming the row.
 
 use crate::error::{Error, Result};
+use crate::kernel::Metric;
 use crate::storage::schema::{ColumnType, Schema, ID_COLUMN};
 use arrow_array::{
     Array, ArrayRef, FixedSizeListArray, Float32Array, Int64Array, LargeListArray, ListArray,
@@ -47,7 +48,9 @@ pub fn conform_batch(
                 )))
             }
             (ty, None) => arrow_array::new_null_array(&ty.arrow_type(), n),
-            (ColumnType::Vector { dim, .. }, Some(a)) => vectors(&col.name, *dim, a, first_row)?,
+            (ColumnType::Vector { dim, metric }, Some(a)) => {
+                vectors(&col.name, *dim, *metric, a, first_row)?
+            }
             (ty, Some(a)) => {
                 let target = ty.arrow_type();
                 // Null columns fit anything; int64 widens to float64.
@@ -84,8 +87,16 @@ pub fn conform_batch(
 }
 
 /// Checks and converts a vector column: `FixedSizeList`, `List` or
-/// `LargeList` of float32 (or float64), no nulls, right length, finite.
-fn vectors(name: &str, dim: usize, a: &ArrayRef, first_row: u64) -> Result<ArrayRef> {
+/// `LargeList` of float32 (or float64), no nulls, right length, and every
+/// row one the metric can score (finite, not too large, a direction under
+/// cosine: [`Metric::vector_problem`]).
+fn vectors(
+    name: &str,
+    dim: usize,
+    metric: Metric,
+    a: &ArrayRef,
+    first_row: u64,
+) -> Result<ArrayRef> {
     let bad = |row: usize, msg: String| {
         Error::SchemaMismatch(format!(
             "row {}: vector column '{name}' {msg}",
@@ -162,8 +173,8 @@ fn vectors(name: &str, dim: usize, a: &ArrayRef, first_row: u64) -> Result<Array
             ));
         }
         let v = &floats[s..e];
-        if let Some(p) = v.iter().position(|x| !x.is_finite()) {
-            return Err(bad(row, format!("has a non-finite value at position {p}")));
+        if let Some(problem) = metric.vector_problem(v) {
+            return Err(bad(row, problem.to_string()));
         }
         out.extend_from_slice(v);
     }

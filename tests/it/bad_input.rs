@@ -30,7 +30,9 @@ fn bad_queries_are_rejected_with_clear_errors() {
         err(Query::new(v.clone(), 101)),
         Error::LimitExceeded { what: "k", .. }
     ));
-    assert!(msg(Query::new(vec![0.0; 4], 5)).contains("all zeros"));
+    assert!(msg(Query::new(vec![0.0; 4], 5)).contains("zero or too small for cosine"));
+    assert!(msg(Query::new(vec![1e-20; 4], 5)).contains("no reliable direction"));
+    assert!(msg(Query::new(vec![1e19, 0.0, 0.0, 0.0], 5)).contains("too large"));
     let mut q = Query::new(v.clone(), 5);
     q.column = Some("nope".into());
     assert!(matches!(err(q), Error::UnknownColumn { .. }));

@@ -239,6 +239,7 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
         let fresh = Arc::new(LoadedSegment::open(ds.root(), &meta, 16).unwrap());
         let view = IndexView {
             fragments: &fragments,
+            indexed: true,
             segments: vec![fresh],
             cache: ds.partition_cache(),
             threads: 2,
@@ -546,7 +547,8 @@ fn lying_partition_lengths_and_row_counts_are_corrupt() {
     std::fs::write(&directory_path, directory.to_string()).unwrap();
     let err = search().unwrap_err();
     assert!(
-        matches!(&err, Error::Corrupt { path, .. } if path.ends_with("segment.json")),
+        matches!(&err, Error::Corrupt { path, .. } if path.ends_with("partitions.bin"))
+            && err.to_string().contains("segment.json places partition 0"),
         "{err}"
     );
     std::fs::write(&directory_path, &original).unwrap();
