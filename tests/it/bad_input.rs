@@ -125,3 +125,65 @@ fn bad_dataset_paths_and_deletes() {
         "{err}"
     );
 }
+
+/// Vectors at the edges of float32: rows whose squared norm would overflow
+/// distances (values around 1e19), and under cosine rows too small to have
+/// a direction (1e-20), are refused at ingest with a message saying why,
+/// and the dataset is unchanged; queries likewise. Rows scaled just inside
+/// the bounds ingest, build an IVF_PQ index (whose k-means used to panic at
+/// 1e19) and search with finite distances, each row finding itself.
+#[test]
+fn huge_and_directionless_vectors_are_refused_at_ingest() {
+    use shoal::index::{IndexKind, IndexParams};
+    let dim = 8;
+    for (metric, bad_scale, want, ok_scale) in [
+        (Metric::L2, 1e19f32, "too large", 1e16f32),
+        (Metric::Cosine, 1e19, "too large", 1e16),
+        (Metric::Cosine, 1e-20, "no reliable direction", 1e-14),
+    ] {
+        let what = format!("{metric:?} {bad_scale:e}");
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = rand::SeedableRng::seed_from_u64(4);
+        let mut rows = make_rows(&mut rng, 0, 600, dim);
+        for r in &mut rows {
+            // No zero rows: cosine refuses them too.
+            r.vector[0] = 3.0 + r.id as f32 % 5.0;
+            r.vector.iter_mut().for_each(|x| *x *= ok_scale);
+        }
+        let mut ds = Dataset::create(dir.path(), schema(dim, metric), Config::default()).unwrap();
+        ds.append([Ok(batch_of(&rows, dim))]).unwrap();
+        let before = (ds.version(), ds.count_rows());
+
+        let mut bad = rows[..40].to_vec();
+        for (i, r) in bad.iter_mut().enumerate() {
+            r.id = 1000 + i as i64;
+            r.vector = (0..dim).map(|d| bad_scale * (1.0 + d as f32)).collect();
+        }
+        let err = ds
+            .append([Ok(batch_of(&bad, dim))])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want) && err.contains("row 0"), "{what}: {err}");
+        assert_eq!((ds.version(), ds.count_rows()), before, "{what}");
+        let reopened = Dataset::open(dir.path()).unwrap();
+        assert_eq!((reopened.version(), reopened.count_rows()), before);
+        let err = ds
+            .search(&Query::new(bad[0].vector.clone(), 5))
+            .unwrap_err();
+        assert!(err.to_string().contains(want), "{what}: {err}");
+
+        ds.create_index(
+            None,
+            IndexParams::new(IndexKind::IvfPq { sub_vectors: 4 }, 8),
+        )
+        .unwrap();
+        for r in [&rows[1], &rows[200]] {
+            let ann = ds.search(&Query::new(r.vector.clone(), 5)).unwrap();
+            assert!(ann.hits[0].iter().all(|h| h.distance.is_finite()), "{what}");
+            let exact = ds
+                .search(&Query::new(r.vector.clone(), 1).mode(shoal::query::SearchMode::Exact))
+                .unwrap();
+            assert_eq!(exact.hits[0][0].id, r.id, "{what}");
+        }
+    }
+}

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 const DIM: usize = 8;
 const PARTITIONS: usize = 8;
 
-/// What a reader sees of the dataset, each operation on its own: an answer
-/// (ids and distance bits) or the error it ended in.
-type Observed = Vec<Result<String, Error>>;
+/// What a reader sees of the dataset, each operation on its own (named):
+/// an answer (ids and distance bits) or the error it ended in.
+type Observed = Vec<(&'static str, Result<String, Error>)>;
 
 /// A named way of searching: shapes a query.
 type SearchShape = (&'static str, fn(Query) -> Query);
@@ -24,14 +24,17 @@ type SearchShape = (&'static str, fn(Query) -> Query);
 fn observe(root: &Path, queries: &[Vec<f32>]) -> Observed {
     let ds = match Dataset::open(root) {
         Ok(ds) => ds,
-        Err(e) => return vec![Err(e)],
+        Err(e) => return vec![("open", Err(e))],
     };
-    let mut out = vec![Ok(format!(
-        "rows {} versions {:?} segments {}",
-        ds.count_rows(),
-        ds.versions().map(|v| v.len()),
-        ds.index_segments().len()
-    ))];
+    let mut out = vec![(
+        "open",
+        Ok(format!(
+            "rows {} versions {:?} segments {}",
+            ds.count_rows(),
+            ds.versions().map(|v| v.len()),
+            ds.index_segments().len()
+        )),
+    )];
     let searches: [SearchShape; 5] = [
         ("exact", |q| q.mode(SearchMode::Exact)),
         ("exact filtered", |q| {
@@ -48,13 +51,14 @@ fn observe(root: &Path, queries: &[Vec<f32>]) -> Observed {
     ];
     for (name, shape) in searches {
         for q in queries {
-            out.push(ds.search(&shape(Query::new(q.clone(), 7))).map(|r| {
+            let answer = ds.search(&shape(Query::new(q.clone(), 7))).map(|r| {
                 let hits: Vec<(i64, u32)> = r.hits[0]
                     .iter()
                     .map(|h| (h.id, h.distance.to_bits()))
                     .collect();
-                format!("{name}: {hits:?}")
-            }));
+                format!("{hits:?}")
+            });
+            out.push((name, answer));
         }
     }
     out
@@ -100,29 +104,37 @@ fn files(root: &Path) -> Vec<(&'static str, PathBuf)> {
 }
 
 /// Checks one damaged state against the reference. `allowed` are the
-/// files a `Corrupt` may name. Returns whether any operation noticed.
+/// files a `Corrupt` may name; `index_file` says the damage is in the index
+/// (exact searches never read it, so they must still answer). Returns
+/// whether any operation noticed.
 fn check(
     root: &Path,
     queries: &[Vec<f32>],
     reference: &Observed,
     allowed: &[&Path],
+    index_file: bool,
     what: &str,
 ) -> bool {
     let seen = observe(root, queries);
     let mut noticed = false;
-    if let [Err(e)] = seen.as_slice() {
+    if let [(_, Err(e))] = seen.as_slice() {
+        assert!(!index_file, "{what}: the dataset did not open: {e}");
         assert_corrupt(e, allowed, what);
         return true;
     }
     assert_eq!(seen.len(), reference.len(), "{what}");
-    for (got, want) in seen.iter().zip(reference) {
+    for ((op, got), (_, want)) in seen.iter().zip(reference) {
         match got {
             Ok(answer) => assert_eq!(
                 Some(answer),
                 want.as_ref().ok(),
-                "{what}: a damaged file changed an answer"
+                "{what}: a damaged file changed the answer of {op}"
             ),
             Err(e) => {
+                assert!(
+                    !(index_file && op.starts_with("exact")),
+                    "{what}: {op} needs no index file but failed: {e}"
+                );
                 assert_corrupt(e, allowed, what);
                 noticed = true;
             }
@@ -147,7 +159,7 @@ fn damage_every_file(kind: IndexKind) {
     let root = dir.path();
     let queries = fixture(root, kind);
     let reference = observe(root, &queries);
-    assert!(reference.iter().all(|r| r.is_ok()), "{reference:?}");
+    assert!(reference.iter().all(|(_, r)| r.is_ok()), "{reference:?}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(99);
     for (file_kind, path) in files(root) {
         let original = std::fs::read(&path).unwrap();
@@ -181,7 +193,8 @@ fn damage_every_file(kind: IndexKind) {
         for (how, bytes) in damages {
             let what = format!("{} {file_kind} {}: {how}", kind.name(), path.display());
             std::fs::write(&path, &bytes).unwrap();
-            let noticed = check(root, &queries, &reference, &allowed, &what);
+            let index_file = matches!(file_kind, "segment.json" | "model" | "partitions");
+            let noticed = check(root, &queries, &reference, &allowed, index_file, &what);
             // Bytes appended to partitions.bin lie outside every record:
             // harmless, and nothing reads them.
             let harmless_tail = file_kind == "partitions" && how.contains("appended");
@@ -211,7 +224,14 @@ fn damage_every_file(kind: IndexKind) {
         std::fs::write(&partitions, &b).unwrap();
         let what = format!("{} partition header {field} + 1", kind.name());
         assert!(
-            check(root, &queries, &reference, &[partitions.as_path()], &what),
+            check(
+                root,
+                &queries,
+                &reference,
+                &[partitions.as_path()],
+                true,
+                &what
+            ),
             "{what}: unnoticed"
         );
     }
@@ -226,7 +246,7 @@ fn damage_every_file(kind: IndexKind) {
         let what = format!("{} segment.json partition {field} + 64", kind.name());
         let allowed: Vec<&Path> = vec![json_path.as_path(), partitions.as_path()];
         assert!(
-            check(root, &queries, &reference, &allowed, &what),
+            check(root, &queries, &reference, &allowed, true, &what),
             "{what}: unnoticed"
         );
     }
