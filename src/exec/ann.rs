@@ -18,7 +18,7 @@ use crate::index::ivf::{coarse_metric, LoadedSegment};
 use crate::index::partition::{Partition, Payload};
 use crate::index::pq::{ProductQuantizer, CODES};
 use crate::index::PartitionCache;
-use crate::kernel::{dot_blocks, fma_dot, Kernel, Metric, PreparedQueries, BLOCK};
+use crate::kernel::{dot_blocks, dot_code_blocks, fma_dot, Kernel, Metric, PreparedQueries, BLOCK};
 use crate::query::{Candidate, Nprobes, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
 use std::sync::Arc;
@@ -176,7 +176,29 @@ pub fn score_partition(
     let nq = qnorms.len();
     let dim = seg.model.dim;
     match &part.payload {
-        Payload::Flat(v) | Payload::Sq(v) => {
+        Payload::Sq { codes, quantizer } => {
+            // q·x = q·min + Σ_j (q_j step_j) code_j: the query takes the
+            // steps, the codes stay 8-bit (see `kernel::codes`).
+            let stride = codes.block_count() * BLOCK;
+            out.resize(nq * stride, 0.0);
+            let scaled: Vec<f32> = qrows
+                .chunks_exact(dim)
+                .flat_map(|q| q.iter().zip(&quantizer.step).map(|(a, s)| a * s))
+                .collect();
+            dot_code_blocks(Kernel::detect(), &scaled, codes, out);
+            let norms = codes.norms_sq();
+            for (j, qn) in qnorms.iter().enumerate() {
+                let q_min = fma_dot(&qrows[j * dim..(j + 1) * dim], &quantizer.min);
+                for (d, xn) in out[j * stride..j * stride + codes.len()]
+                    .iter_mut()
+                    .zip(norms)
+                {
+                    *d = metric.finish(q_min + *d, *qn, *xn);
+                }
+            }
+            stride
+        }
+        Payload::Flat(v) => {
             let nb = v.block_count();
             let stride = nb * BLOCK;
             out.resize(nq * stride, 0.0);

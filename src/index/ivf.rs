@@ -68,8 +68,8 @@ pub struct IvfModel {
     pub centroids: VectorBlocks,
     /// PQ codebooks (IVF_PQ).
     pub pq: Option<ProductQuantizer>,
-    /// SQ ranges (IVF_SQ).
-    pub sq: Option<ScalarQuantizer>,
+    /// SQ ranges (IVF_SQ); shared with every loaded SQ partition.
+    pub sq: Option<Arc<ScalarQuantizer>>,
 }
 
 /// The metric partitions are assigned and ranked by.
@@ -203,10 +203,10 @@ fn train_model(
         IndexKind::IvfFlat => (None, None),
         IndexKind::IvfSq => (
             None,
-            Some(ScalarQuantizer::train(
+            Some(Arc::new(ScalarQuantizer::train(
                 &quantizer_input(metric, dim, sample),
                 dim,
-            )),
+            ))),
         ),
         IndexKind::IvfPq { sub_vectors } => {
             let assigned = kmeans::assign(sample, dim, &centroids, coarse_metric(metric));
@@ -482,7 +482,7 @@ impl LoadedSegment {
                 let min = take(at, dim)?;
                 let step = take(at + dim, dim)?;
                 at += 2 * dim;
-                (None, Some(ScalarQuantizer { min, step }))
+                (None, Some(Arc::new(ScalarQuantizer { min, step })))
             }
         };
         if at != floats.len() {

@@ -23,9 +23,10 @@
 
 use crate::error::{Error, Result};
 use crate::index::sq::ScalarQuantizer;
-use crate::kernel::{Lanes, VectorBlocks, BLOCK};
+use crate::kernel::{fma_dot, CodeBlocks, Lanes, VectorBlocks, BLOCK};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"SHOALPRT";
 const HEADER: usize = 64;
@@ -37,8 +38,15 @@ const HEADER_CRC_AT: usize = 40;
 pub enum Payload {
     /// Float32 vectors, block-transposed, with norms (IVF_FLAT).
     Flat(VectorBlocks),
-    /// Scalar-quantized vectors, decoded to float32 on load (IVF_SQ).
-    Sq(VectorBlocks),
+    /// Scalar-quantized vectors kept as their 8-bit codes (IVF_SQ), scored
+    /// by the code kernel ([`crate::kernel::codes`]) with the quantizer's
+    /// ranges folded into the query.
+    Sq {
+        /// The codes, block-transposed, with the decoded rows' norms.
+        codes: CodeBlocks,
+        /// The segment's quantizer.
+        quantizer: Arc<ScalarQuantizer>,
+    },
     /// Product-quantization codes, `m` bytes per row (IVF_PQ).
     Pq {
         /// Bytes per code.
@@ -76,7 +84,8 @@ impl Partition {
     pub fn size_bytes(&self) -> usize {
         self.row_ids.len() * 8
             + match &self.payload {
-                Payload::Flat(v) | Payload::Sq(v) => v.size_bytes(),
+                Payload::Flat(v) => v.size_bytes(),
+                Payload::Sq { codes, .. } => codes.size_bytes(),
                 Payload::Pq {
                     codes, row_base, ..
                 } => codes.len() + row_base.len() * 4,
@@ -456,7 +465,7 @@ pub fn read_partition(
     path: &Path,
     file: &std::fs::File,
     expected: &ExpectedRecord,
-    sq: Option<&ScalarQuantizer>,
+    sq: Option<&Arc<ScalarQuantizer>>,
 ) -> Result<Partition> {
     let partition = expected.partition;
     let corrupt = |m: String| Error::corrupt(path, format!("partition {partition}: {m}"));
@@ -545,14 +554,20 @@ pub fn read_partition(
         RecordKind::Sq => {
             need(ids_len + rows * dim)?;
             let sq = sq.ok_or_else(|| corrupt("SQ partition without a quantizer".into()))?;
-            let mut decoded = vec![0.0f32; rows * dim];
-            for (code, out) in rest[..rows * dim]
+            let codes = &rest[..rows * dim];
+            let mut decoded = vec![0.0f32; dim];
+            let norms = codes
                 .chunks_exact(dim)
-                .zip(decoded.chunks_exact_mut(dim))
-            {
-                sq.decode(code, out);
+                .map(|code| {
+                    sq.decode(code, &mut decoded);
+                    fma_dot(&decoded, &decoded)
+                })
+                .collect();
+            Payload::Sq {
+                codes: CodeBlocks::from_rows(dim, codes, norms)
+                    .ok_or_else(|| corrupt("sizes".into()))?,
+                quantizer: sq.clone(),
             }
-            Payload::Sq(VectorBlocks::from_rows(dim, &decoded))
         }
         RecordKind::Pq { .. } => {
             need(ids_len + rows * code_len)?;

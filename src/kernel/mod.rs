@@ -16,12 +16,14 @@
 //! `‖q‖² + ‖x‖² − 2 q·x` and cosine is `1 − q̂·x / ‖x‖`.
 
 pub mod blocks;
+pub mod codes;
 pub mod metric;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use blocks::{Lanes, PreparedQueries, VectorBlocks, BLOCK};
+pub use codes::{dot_code_blocks, CodeBlocks};
 pub use metric::Metric;
 
 use std::ops::Range;

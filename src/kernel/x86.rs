@@ -3,6 +3,7 @@
 //! SIMD lane; see the module doc of `kernel`.
 
 use super::blocks::{Lanes, BLOCK};
+use super::codes::CodeLanes;
 use std::arch::x86_64::*;
 
 /// One register tile: `Q` queries × `B` blocks of 16 vectors.
@@ -188,6 +189,172 @@ pub unsafe fn dots_avx2(
             // SAFETY: rows `i..i + rows` < nq, block `b` < nblocks, and
             // `out` holds nq × stride floats (this function's contract);
             // AVX2 and FMA are enabled here.
+            unsafe {
+                f(
+                    qp.add(i * dim),
+                    dim,
+                    xp.add(b * dim),
+                    op.add(i * stride + b * BLOCK),
+                    stride,
+                )
+            };
+            i += rows;
+        }
+    }
+}
+
+/// One register tile of the code kernel: `Q` queries × `B` blocks of 16
+/// rows of 8-bit codes, widened to float32 in registers.
+#[target_feature(enable = "avx512f")]
+unsafe fn code_tile512<const Q: usize, const B: usize>(
+    q: *const f32,
+    dim: usize,
+    x: *const CodeLanes,
+    out: *mut f32,
+    stride: usize,
+) {
+    // SAFETY: the caller (`code_dots_avx512`) passes pointers to `Q` query
+    // rows of `dim` floats, `B` whole 16-byte-aligned blocks of `dim` code
+    // lanes, and an output with room for `Q` rows of `stride` floats,
+    // `B * 16` of them from `out`; AVX-512F is enabled on this function.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); B]; Q];
+        for j in 0..dim {
+            let mut xv = [_mm512_setzero_ps(); B];
+            for (b, v) in xv.iter_mut().enumerate() {
+                let bytes = _mm_load_si128(x.add(b * dim + j) as *const __m128i);
+                *v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+            }
+            for (i, row) in acc.iter_mut().enumerate() {
+                let qv = _mm512_set1_ps(*q.add(i * dim + j));
+                for (a, v) in row.iter_mut().zip(xv.iter()) {
+                    *a = _mm512_fmadd_ps(qv, *v, *a);
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            for (b, a) in row.iter().enumerate() {
+                _mm512_storeu_ps(out.add(i * stride + b * BLOCK), *a);
+            }
+        }
+    }
+}
+
+/// One AVX2 register tile of the code kernel: `Q` queries × one block.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn code_tile256<const Q: usize>(
+    q: *const f32,
+    dim: usize,
+    x: *const CodeLanes,
+    out: *mut f32,
+    stride: usize,
+) {
+    // SAFETY: the caller (`code_dots_avx2`) passes pointers to `Q` query
+    // rows of `dim` floats, one whole block of `dim` code lanes and an
+    // output with room for `Q` rows of `stride` floats, 16 of them from
+    // `out`; AVX2 and FMA are enabled on this function.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; Q];
+        for j in 0..dim {
+            let p = x.add(j) as *const u8;
+            let lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+            let hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i));
+            let xv = [_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi)];
+            for (i, row) in acc.iter_mut().enumerate() {
+                let qv = _mm256_set1_ps(*q.add(i * dim + j));
+                row[0] = _mm256_fmadd_ps(qv, xv[0], row[0]);
+                row[1] = _mm256_fmadd_ps(qv, xv[1], row[1]);
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(i * stride), row[0]);
+            _mm256_storeu_ps(out.add(i * stride + 8), row[1]);
+        }
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX-512F; `q` holds `nq × dim` floats, `x` whole
+/// blocks of `dim` code lanes, and `out` at least `nq × stride` floats.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn code_dots_avx512(
+    q: &[f32],
+    nq: usize,
+    dim: usize,
+    x: &[CodeLanes],
+    out: &mut [f32],
+    stride: usize,
+) {
+    const QT: usize = 8;
+    let nblocks = x.len() / dim;
+    let (qp, xp, op) = (q.as_ptr(), x.as_ptr(), out.as_mut_ptr());
+    // As in `dots_avx512`: few queries get wider tiles; otherwise two
+    // blocks, so each widened code register serves up to 8 queries and
+    // each query broadcast two blocks.
+    let widest = match nq {
+        1 => 4,
+        _ => 2,
+    };
+    let mut b = 0;
+    while b < nblocks {
+        let left = nblocks - b;
+        let span = [4, 2, 1]
+            .into_iter()
+            .find(|&s| s <= widest && s <= left)
+            .unwrap_or(1);
+        let mut i = 0;
+        while i < nq {
+            let rows = (nq - i).min(QT);
+            let f: unsafe fn(*const f32, usize, *const CodeLanes, *mut f32, usize) =
+                match (rows, span) {
+                    (1, 4) => code_tile512::<1, 4>,
+                    (_, 1) => tile_rows!(code_tile512, rows, 1),
+                    _ => tile_rows!(code_tile512, rows, 2),
+                };
+            // SAFETY: rows `i..i + rows` < nq, blocks `b..b + span` <=
+            // nblocks (span 4 only with one query), and `out` holds
+            // nq × stride floats; AVX-512F is enabled here.
+            unsafe {
+                f(
+                    qp.add(i * dim),
+                    dim,
+                    xp.add(b * dim),
+                    op.add(i * stride + b * BLOCK),
+                    stride,
+                )
+            };
+            i += rows;
+        }
+        b += span;
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA; bounds as for [`code_dots_avx512`].
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn code_dots_avx2(
+    q: &[f32],
+    nq: usize,
+    dim: usize,
+    x: &[CodeLanes],
+    out: &mut [f32],
+    stride: usize,
+) {
+    const QT: usize = 4;
+    let nblocks = x.len() / dim;
+    let (qp, xp, op) = (q.as_ptr(), x.as_ptr(), out.as_mut_ptr());
+    for b in 0..nblocks {
+        let mut i = 0;
+        while i < nq {
+            let rows = (nq - i).min(QT);
+            let f = match rows {
+                1 => code_tile256::<1>,
+                2 => code_tile256::<2>,
+                3 => code_tile256::<3>,
+                _ => code_tile256::<4>,
+            };
+            // SAFETY: rows `i..i + rows` < nq, block `b` < nblocks, and
+            // `out` holds nq × stride floats; AVX2 and FMA are enabled.
             unsafe {
                 f(
                     qp.add(i * dim),
