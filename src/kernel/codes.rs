@@ -9,8 +9,15 @@
 //! the float kernel, that per-pair order is the same for every tile shape
 //! and instruction set, so results are batch invariant. A partition held
 //! this way weighs a quarter of its decoded float32 form.
+//!
+//! With many queries on one partition the widening is done once instead:
+//! the codes are widened into a per-thread float32 scratch block and the
+//! float kernel runs over it. Widening is exact, so that is the same FMA
+//! chain and the same bits — only cheaper when the widened block is
+//! reused by enough queries (compute-bound, the in-register widening is
+//! extra work per tile; memory-bound, the 8-bit read wins).
 
-use super::blocks::BLOCK;
+use super::blocks::{Lanes, BLOCK};
 use super::{fma_dot, Kernel};
 
 /// One dimension of one block of codes: 16 rows' bytes.
@@ -91,6 +98,15 @@ impl CodeBlocks {
     }
 }
 
+/// From this many queries on, [`dot_code_blocks`] widens the codes once
+/// into float32 and runs the float kernel (same bits, see the module doc).
+pub const WIDEN_FROM_QUERIES: usize = 8;
+
+thread_local! {
+    /// Per-thread scratch for widened code blocks (kept between calls).
+    static WIDENED: std::cell::RefCell<Vec<Lanes>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// `queries` (row-major, `dim` wide) times every row's codes as floats:
 /// `out[qi * stride + r]`, `stride = block_count() × 16`; each entry the FMA
 /// chain of [`fma_dot`] over `q_j × code_j`. Padding lanes get zero.
@@ -100,6 +116,15 @@ pub fn dot_code_blocks(kernel: Kernel, queries: &[f32], xs: &CodeBlocks, out: &m
     let nq = queries.len() / dim;
     let stride = xs.block_count() * BLOCK;
     assert!(out.len() >= nq * stride);
+    if nq >= WIDEN_FROM_QUERIES {
+        WIDENED.with(|scratch| {
+            let mut lanes = scratch.borrow_mut();
+            lanes.clear();
+            lanes.extend(xs.blocks.iter().map(|c| Lanes(c.0.map(f32::from))));
+            super::dot_lanes(kernel, queries, nq, dim, &lanes, out, stride);
+        });
+        return;
+    }
     match kernel {
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512 => {

@@ -136,7 +136,30 @@ pub fn dot_blocks(
     let nq = queries.len() / dim;
     let stride = blocks.len() * BLOCK;
     assert!(out.len() >= nq * stride);
-    let x = xs.block_slice(blocks);
+    dot_lanes(
+        kernel,
+        queries,
+        nq,
+        dim,
+        xs.block_slice(blocks),
+        out,
+        stride,
+    );
+}
+
+/// The float kernel over raw block lanes (`x` whole blocks of `dim` lanes;
+/// `queries` `nq × dim`; `out` at least `nq × stride`, checked by callers).
+fn dot_lanes(
+    kernel: Kernel,
+    queries: &[f32],
+    nq: usize,
+    dim: usize,
+    x: &[Lanes],
+    out: &mut [f32],
+    stride: usize,
+) {
+    assert!(queries.len() >= nq * dim && out.len() >= nq * stride);
+    assert!(x.len().is_multiple_of(dim) && x.len() / dim * BLOCK <= stride);
     match kernel {
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512 => {
