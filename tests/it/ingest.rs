@@ -1,5 +1,6 @@
 //! Ingest of every supported format, and malformed files.
 
+use crate::common::{first_data_page, vector_tag_batch, with_inserted, write_parquet};
 use arrow_array::{
     ArrayRef, FixedSizeListArray, Float32Array, Int32Array, ListArray, RecordBatch, StringArray,
 };
@@ -358,5 +359,49 @@ fn a_metric_that_disagrees_with_the_dataset_is_an_error() {
             .unwrap()
             .version,
         before + 1
+    );
+}
+
+/// The version and row count of the dataset at `dir`, or `None` when
+/// there is no dataset.
+fn state(dir: &Path) -> Option<(u64, u64)> {
+    let ds = Dataset::open(dir).ok()?;
+    Some((ds.version(), ds.count_rows() as u64))
+}
+
+/// 31 bytes inserted into the first data page of a Parquet file make the
+/// parquet crate panic (an over-long VLQ integer in the levels): a guard
+/// turns that into a malformed-input error naming the file, and the ingest
+/// commits nothing.
+#[test]
+fn a_parquet_decoder_panic_is_malformed_input_and_commits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.parquet");
+    write_parquet(&good, &vector_tag_batch(200, 8, false));
+    let target = dir.path().join("ds");
+    ingest(&target, &good, &quiet(), &Config::default()).unwrap();
+    let bytes = std::fs::read(&good).unwrap();
+    let page = first_data_page(&good);
+    let bad = dir.path().join("bad.parquet");
+    let mut decoder_failures = 0;
+    for at in page..page + 48 {
+        std::fs::write(&bad, with_inserted(&bytes, at, 31, 0xFF)).unwrap();
+        let before = state(&target).unwrap();
+        match ingest(&target, &bad, &quiet(), &Config::default()) {
+            Ok(report) => assert_eq!(state(&target).unwrap().0, report.version),
+            Err(err) => {
+                assert!(matches!(err, Error::MalformedInput { .. }), "+{at}: {err}");
+                assert!(err.to_string().contains("bad.parquet"), "{err}");
+                decoder_failures += err.to_string().contains("the decoder failed") as usize;
+                assert_eq!(state(&target).unwrap(), before, "+{at}: {err}");
+                let fresh = dir.path().join("fresh");
+                assert!(ingest(&fresh, &bad, &quiet(), &Config::default()).is_err());
+                assert!(!fresh.exists(), "a failed first ingest left {fresh:?}");
+            }
+        }
+    }
+    assert!(
+        decoder_failures > 0,
+        "no insertion reached the decoder's panic"
     );
 }

@@ -22,10 +22,12 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod guard;
 mod infer;
 mod json;
 mod vecs;
 
+use guard::guarded;
 pub use infer::infer_schema;
 use json::{json_columns, JsonLines};
 use vecs::*;
@@ -211,8 +213,9 @@ enum Source {
         dim: usize,
         rows_left: u64,
     },
+    /// `None` once the decoder panicked: its state is not to be trusted.
     Parquet(
-        parquet::arrow::arrow_reader::ParquetRecordBatchReader,
+        Option<parquet::arrow::arrow_reader::ParquetRecordBatchReader>,
         PathBuf,
     ),
     Jsonl(JsonLines),
@@ -275,13 +278,16 @@ impl ChunkReader {
             }
             Format::Parquet => {
                 let f = File::open(path).map_err(|e| Error::io(path, e))?;
-                let reader =
+                let reader = guarded(path, "opening", || {
+                    let malformed =
+                        |e: parquet::errors::ParquetError| Error::malformed(path, e.to_string());
                     parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-                        .map_err(|e| Error::malformed(path, e.to_string()))?
+                        .map_err(malformed)?
                         .with_batch_size(chunk_rows)
                         .build()
-                        .map_err(|e| Error::malformed(path, e.to_string()))?;
-                Source::Parquet(reader, path.to_path_buf())
+                        .map_err(malformed)
+                })?;
+                Source::Parquet(Some(reader), path.to_path_buf())
             }
             Format::Jsonl => Source::Jsonl(JsonLines::open(path)?),
         };
@@ -342,18 +348,27 @@ impl ChunkReader {
                     Some((*dim, bytes_to_f32(&bytes)))
                 }
             }
-            Source::Parquet(reader, path) => {
-                return match reader.next() {
-                    None => Ok(None),
-                    Some(Ok(batch)) => {
+            Source::Parquet(slot, path) => {
+                let Some(reader) = slot.as_mut() else {
+                    return Err(Error::malformed(
+                        path.as_path(),
+                        format!("after row {first_row}: not read further after a decoder failure"),
+                    ));
+                };
+                let at = format!("after row {first_row}");
+                let next = guarded(path, &at, || Ok(reader.next()));
+                return match next {
+                    Err(e) => {
+                        *slot = None;
+                        Err(e)
+                    }
+                    Ok(None) => Ok(None),
+                    Ok(Some(Ok(batch))) => {
                         self.rows_read += batch.num_rows() as u64;
                         Ok(Some(Chunk::Arrow(batch)))
                     }
-                    Some(Err(e)) => Err(Error::malformed(
-                        path.as_path(),
-                        format!("after row {first_row}: {e}"),
-                    )),
-                }
+                    Ok(Some(Err(e))) => Err(Error::malformed(path.as_path(), format!("{at}: {e}"))),
+                };
             }
             Source::Jsonl(lines) => {
                 let first_line = lines.line_no;
