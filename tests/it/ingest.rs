@@ -405,3 +405,57 @@ fn a_parquet_decoder_panic_is_malformed_input_and_commits_nothing() {
         "no insertion reached the decoder's panic"
     );
 }
+
+#[test]
+fn dictionary_encoded_parquet_columns_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let dict = dir.path().join("dict.parquet");
+    let batch = vector_tag_batch(100, 4, true);
+    let small = arrow_array::Int8Array::from_iter_values((0..100).map(|i| (i % 5) as i8));
+    let n = arrow_array::DictionaryArray::<arrow_array::types::UInt8Type>::try_new(
+        arrow_array::UInt8Array::from_iter_values((0..100).map(|i| (i % 5) as u8)),
+        Arc::new(small.slice(0, 5)),
+    )
+    .unwrap();
+    let with_n = |batch: RecordBatch, n: ArrayRef| {
+        let mut columns = batch.columns().to_vec();
+        columns.push(n);
+        RecordBatch::try_from_iter(["vector", "tag", "n"].into_iter().zip(columns)).unwrap()
+    };
+    let batch = with_n(batch, Arc::new(n));
+    assert!(matches!(
+        batch.column(1).data_type(),
+        DataType::Dictionary(_, _)
+    ));
+    write_parquet(&dict, &batch);
+    // A new dataset: the dictionaries' value types.
+    let target = dir.path().join("ds");
+    ingest(&target, &dict, &quiet(), &Config::default()).unwrap();
+    let ds = Dataset::open(&target).unwrap();
+    assert_eq!(ds.schema().column("tag").unwrap().ty, ColumnType::Utf8);
+    assert_eq!(ds.schema().column("n").unwrap().ty, ColumnType::Int64);
+    // An existing dataset with plain columns takes them too.
+    let plain = dir.path().join("plain.parquet");
+    let plain_n = Arc::new(arrow_array::Int64Array::from_iter_values(0..10));
+    write_parquet(&plain, &with_n(vector_tag_batch(10, 4, false), plain_n));
+    let other = dir.path().join("other");
+    ingest(&other, &plain, &quiet(), &Config::default()).unwrap();
+    let report = ingest(&other, &dict, &quiet(), &Config::default()).unwrap();
+    assert_eq!(report.rows, 100);
+    for target in [&target, &other] {
+        let ds = Dataset::open(target).unwrap();
+        let mut q = Query::new(vec![0.0; 4], 200);
+        q.filter = Some("tag = 'verb' AND n = 3".into());
+        q.projection = vec!["tag".into(), "n".into()];
+        let hits = &ds.search(&q).unwrap().hits[0];
+        // Rows i of the dictionary file with i % 4 == 1 and i % 5 == 3.
+        let want: Vec<i64> = (0..100).filter(|i| i % 4 == 1 && i % 5 == 3).collect();
+        let first = if target == &other { 10 } else { 0 };
+        let mut got: Vec<i64> = hits.iter().map(|h| h.id - first).collect();
+        got.sort();
+        assert_eq!(got, want);
+        assert!(hits
+            .iter()
+            .all(|h| h.values == vec![ScalarValue::Utf8("verb".into()), ScalarValue::Int64(3)]));
+    }
+}
