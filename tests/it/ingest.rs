@@ -459,3 +459,144 @@ fn dictionary_encoded_parquet_columns_are_read() {
             .all(|h| h.values == vec![ScalarValue::Utf8("verb".into()), ScalarValue::Int64(3)]));
     }
 }
+
+/// A `--meta` file's errors name the meta file and its line (blank lines
+/// counted), on a first ingest and on an existing dataset.
+#[test]
+fn meta_errors_name_the_meta_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("base.fvecs");
+    write_fvecs(&input, &vectors(6, 4)).unwrap();
+    let meta = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        IngestOptions {
+            meta: Some(path),
+            ..quiet()
+        }
+    };
+    let good = meta("good.jsonl", &"{\"len\": 1}\n".repeat(6));
+    let target = dir.path().join("ds");
+    ingest(&target, &input, &good, &Config::default()).unwrap();
+    // Line 4 (after a blank line) holds a string where len is an integer.
+    let text = "{\"len\": 1}\n\n{\"len\": 2}\n{\"len\": \"six\"}\n{}\n{}\n{}\n";
+    let bad = meta("bad.jsonl", text);
+    let fresh = dir.path().join("fresh");
+    for (target, needle) in [
+        (
+            &target,
+            "bad.jsonl: line 4: field 'len' should be an integer",
+        ),
+        (
+            &fresh,
+            "bad.jsonl: line 4: field 'len' is utf8, but int64 on line 1",
+        ),
+    ] {
+        let before = state(target);
+        let err = ingest(target, &input, &bad, &Config::default()).unwrap_err();
+        assert!(matches!(err, Error::MalformedInput { .. }), "{err}");
+        assert!(
+            err.to_string().contains(needle),
+            "expected '{needle}' in: {err}"
+        );
+        assert!(!err.to_string().contains("base.fvecs"), "{err}");
+        assert_eq!(state(target), before);
+    }
+    // JSON that does not parse: the meta file and its line.
+    let broken = meta("broken.jsonl", "{\"len\": 1}\n{\"len\": \n");
+    let err = ingest(&target, &input, &broken, &Config::default()).unwrap_err();
+    assert!(err.to_string().contains("broken.jsonl: line 2"), "{err}");
+}
+
+/// A meta line that sets the vector column is told so (it used to say
+/// that `vector` is not a column while listing it among the columns).
+#[test]
+fn a_meta_field_naming_the_vector_column_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("base.fvecs");
+    write_fvecs(&input, &vectors(3, 4)).unwrap();
+    let meta = dir.path().join("m.jsonl");
+    std::fs::write(
+        &meta,
+        "{\"len\": 1}\n{\"len\": 2, \"vector\": [1, 2, 3, 4]}\n{}\n",
+    )
+    .unwrap();
+    let opts = IngestOptions {
+        meta: Some(meta.clone()),
+        ..quiet()
+    };
+    let target = dir.path().join("ds");
+    let needle = "m.jsonl: line 2: field 'vector' is the vector column, whose vectors \
+                  come from";
+    // First ingest (was "duplicate column 'vector'"), then an existing dataset.
+    let err = ingest(&target, &input, &opts, &Config::default()).unwrap_err();
+    assert!(err.to_string().contains(needle), "{err}");
+    assert!(!target.exists());
+    ingest(&target, &input, &quiet(), &Config::default()).unwrap();
+    let err = ingest(&target, &input, &opts, &Config::default()).unwrap_err();
+    assert!(err.to_string().contains(needle), "{err}");
+    assert!(err.to_string().contains("base.fvecs"), "{err}");
+    assert_eq!(state(&target), Some((2, 3)));
+    // With --column len, a meta field 'len' is that vector column.
+    let opts = IngestOptions {
+        column: Some("len".into()),
+        meta: Some(meta),
+        ..quiet()
+    };
+    let err = ingest(&dir.path().join("len"), &input, &opts, &Config::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("line 1: field 'len' is the vector column"),
+        "{err}"
+    );
+}
+
+/// `--column` naming a scalar column or no column says so (it used to say
+/// that the input has no vector column 'vector').
+#[test]
+fn column_naming_a_scalar_or_missing_column_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("base.fvecs");
+    write_fvecs(&input, &vectors(3, 4)).unwrap();
+    let meta = dir.path().join("m.jsonl");
+    std::fs::write(&meta, "{\"len\": 1}\n{\"len\": 2}\n{}\n").unwrap();
+    let target = dir.path().join("ds");
+    let with_meta = IngestOptions {
+        meta: Some(meta),
+        ..quiet()
+    };
+    ingest(&target, &input, &with_meta, &Config::default()).unwrap();
+    let column = |name: &str| IngestOptions {
+        column: Some(name.into()),
+        ..quiet()
+    };
+    let err = ingest(&target, &input, &column("len"), &Config::default()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "column 'len' is int64, expected a vector column"
+    );
+    let err = ingest(&target, &input, &column("nope"), &Config::default()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unknown column 'nope' (columns: id, vector, len)"
+    );
+    assert_eq!(state(&target), Some((2, 3)));
+}
+
+/// JSON Lines errors name the line in the file, blank lines counted.
+#[test]
+fn jsonl_errors_count_blank_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rows.jsonl");
+    std::fs::write(
+        &path,
+        "{\"vector\": [1, 2], \"n\": 1}\n\n\n{\"vector\": [3, 4], \"n\": \"x\"}\n",
+    )
+    .unwrap();
+    let err = ingest(&dir.path().join("ds"), &path, &quiet(), &Config::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("rows.jsonl: line 4: field 'n' is utf8, but int64 on line 1"),
+        "{err}"
+    );
+}

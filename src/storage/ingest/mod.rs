@@ -29,6 +29,7 @@ mod vecs;
 
 use guard::guarded;
 pub use infer::infer_schema;
+pub use json::JsonRows;
 use json::{json_columns, JsonLines};
 use vecs::*;
 pub use vecs::{read_ivecs, read_vectors, write_fvecs, write_ivecs};
@@ -103,32 +104,26 @@ pub enum Chunk {
         /// Row-major vectors.
         data: Vec<f32>,
         /// Scalar columns per row, from `--meta`.
-        meta: Option<Vec<Map<String, Value>>>,
-        /// Row number of the first vector in the input.
-        first_row: u64,
+        meta: Option<JsonRows>,
     },
     /// JSON Lines rows.
-    Json {
-        /// Parsed rows.
-        rows: Vec<Map<String, Value>>,
-        /// Line number of the first row.
-        first_line: u64,
-    },
+    Json(JsonRows),
     /// A Parquet record batch.
     Arrow(RecordBatch),
 }
 
 impl Chunk {
-    /// The chunk as a record batch conformed to `schema`.
-    pub fn into_batch(self, schema: &Schema, path: &Path) -> Result<RecordBatch> {
+    /// The chunk as a record batch for `schema` (to be conformed on
+    /// append). Vectors must name a vector column of `schema`.
+    pub fn into_batch(self, schema: &Schema) -> Result<RecordBatch> {
         match self {
             Chunk::Vectors {
                 column,
                 dim,
                 data,
                 meta,
-                first_row,
             } => {
+                schema.vector_column(Some(&column))?;
                 let n = data.len() / dim;
                 let vectors: ArrayRef = Arc::new(FixedSizeListArray::try_new(
                     Arc::new(Field::new("item", DataType::Float32, false)),
@@ -136,22 +131,17 @@ impl Chunk {
                     Arc::new(Float32Array::from(data)),
                     None,
                 )?);
-                let mut fields = vec![(column.clone(), vectors)];
-                if let Some(rows) = meta {
-                    let meta_path = path.to_path_buf();
-                    let label = |i: usize| format!("line {}", first_row + i as u64 + 1);
-                    for (name, array) in
-                        json_columns(&rows, schema, &label, &meta_path, Some(&column))?
-                    {
-                        fields.push((name, array));
-                    }
+                let mut fields = vec![(column, vectors)];
+                if let Some(meta) = meta {
+                    let label = |i: usize| meta.label(i);
+                    fields.extend(json_columns(&meta.rows, schema, &label, &meta.path)?);
                 }
                 batch_from(fields, n)
             }
-            Chunk::Json { rows, first_line } => {
-                let n = rows.len();
-                let label = |i: usize| format!("line {}", first_line + i as u64 + 1);
-                batch_from(json_columns(&rows, schema, &label, path, None)?, n)
+            Chunk::Json(json) => {
+                let label = |i: usize| json.label(i);
+                let columns = json_columns(&json.rows, schema, &label, &json.path)?;
+                batch_from(columns, json.rows.len())
             }
             Chunk::Arrow(batch) => Ok(batch),
         }
@@ -171,7 +161,7 @@ pub fn json_rows_batch(
 ) -> Result<RecordBatch> {
     let label = |i: usize| format!("rows[{i}]");
     batch_from(
-        json_columns(rows, schema, &label, Path::new(source), None)?,
+        json_columns(rows, schema, &label, Path::new(source))?,
         rows.len(),
     )
 }
@@ -191,8 +181,8 @@ fn batch_from(fields: Vec<(String, ArrayRef)>, rows: usize) -> Result<RecordBatc
     )?)
 }
 
-/// Streams chunks from one input file (and its metadata file).
-/// Streams an input file as chunks of at most `chunk_rows` rows.
+/// Streams an input file (and its `--meta` file) as chunks of at most
+/// `chunk_rows` rows.
 pub struct ChunkReader {
     source: Source,
     chunk_rows: usize,
@@ -219,6 +209,18 @@ enum Source {
         PathBuf,
     ),
     Jsonl(JsonLines),
+}
+
+impl Source {
+    /// The input file.
+    fn path(&self) -> &Path {
+        match self {
+            Source::Fvecs { path, .. } | Source::Npy { path, .. } | Source::Parquet(_, path) => {
+                path
+            }
+            Source::Jsonl(lines) => &lines.path,
+        }
+    }
 }
 
 /// A buffered reader that counts the bytes consumed (for progress and errors).
@@ -314,7 +316,6 @@ impl ChunkReader {
     }
 
     /// The next chunk, or `None` at the end of the input.
-    /// The next chunk, or `None` at the end of the input.
     pub fn next_chunk(&mut self) -> Result<Option<Chunk>> {
         let first_row = self.rows_read;
         let chunk_rows = self.chunk_rows;
@@ -371,18 +372,17 @@ impl ChunkReader {
                 };
             }
             Source::Jsonl(lines) => {
-                let first_line = lines.line_no;
-                let rows = lines.next_rows(chunk_rows)?;
-                if rows.is_empty() {
+                let json = lines.next_rows(chunk_rows)?;
+                if json.rows.is_empty() {
                     return Ok(None);
                 }
-                self.rows_read += rows.len() as u64;
-                return Ok(Some(Chunk::Json { rows, first_line }));
+                self.rows_read += json.rows.len() as u64;
+                return Ok(Some(Chunk::Json(json)));
             }
         };
         let Some((dim, data)) = vectors else {
             if let Some(meta) = &mut self.meta {
-                if !meta.next_rows(1)?.is_empty() {
+                if !meta.next_rows(1)?.rows.is_empty() {
                     return Err(Error::malformed(
                         &meta.path,
                         format!("has more lines than the {} vectors", self.rows_read),
@@ -394,19 +394,19 @@ impl ChunkReader {
         let n = data.len() / dim;
         let meta = match &mut self.meta {
             Some(m) => {
-                let first_line = m.line_no;
-                let rows = m.next_rows(n)?;
-                if rows.len() < n {
+                let json = m.next_rows(n)?;
+                if json.rows.len() < n {
                     return Err(Error::malformed(
                         &m.path,
                         format!(
                             "has {} rows, fewer than the vectors (at least {})",
-                            first_line as usize + rows.len(),
-                            first_row as usize + n
+                            first_row + json.rows.len() as u64,
+                            first_row + n as u64
                         ),
                     ));
                 }
-                Some(rows)
+                meta_leaves_out(&json, &self.column, self.source.path())?;
+                Some(json)
             }
             None => None,
         };
@@ -416,7 +416,23 @@ impl ChunkReader {
             dim,
             data,
             meta,
-            first_row,
         }))
+    }
+}
+
+/// Fails when a `--meta` row sets the vector column, whose values come
+/// from the vectors file (`input`).
+fn meta_leaves_out(meta: &JsonRows, column: &str, input: &Path) -> Result<()> {
+    match meta.rows.iter().position(|row| row.contains_key(column)) {
+        None => Ok(()),
+        Some(i) => Err(Error::malformed(
+            &meta.path,
+            format!(
+                "{}: field '{column}' is the vector column, whose vectors come from {}; \
+                 --meta lines hold only scalar columns",
+                meta.label(i),
+                input.display()
+            ),
+        )),
     }
 }
