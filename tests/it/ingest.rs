@@ -600,3 +600,28 @@ fn jsonl_errors_count_blank_lines() {
         "{err}"
     );
 }
+
+/// An `.npy` header sizes nothing: a huge dimension is refused and a huge
+/// row count only reads the bytes that are there.
+#[test]
+fn an_npy_header_cannot_size_an_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let npy = |name: &str, shape: &str, data: usize| {
+        let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend(std::iter::repeat_n(0x3F, data));
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let wide = npy("wide.npy", "(2, 4000000000000)", 64);
+    expect_malformed(&wide, "dimension 4000000000000");
+    let tall = npy("tall.npy", "(4000000000000, 1048576)", 64);
+    expect_malformed(&tall, "truncated: data ends at byte");
+}

@@ -238,6 +238,17 @@ impl CountingReader {
         })
     }
 
+    /// Appends up to `len` bytes to `buf`, growing it only as data arrives;
+    /// returns how many bytes were read before EOF.
+    fn read_up_to(&mut self, len: usize, buf: &mut Vec<u8>, path: &Path) -> Result<usize> {
+        let got = (&mut self.inner)
+            .take(len as u64)
+            .read_to_end(buf)
+            .map_err(|e| Error::io(path, e))?;
+        self.offset += got as u64;
+        Ok(got)
+    }
+
     /// Fills `buf` completely; returns how many bytes were read before EOF.
     fn read_full(&mut self, buf: &mut [u8], path: &Path) -> Result<usize> {
         let mut got = 0;
@@ -333,9 +344,11 @@ impl ChunkReader {
                 if n == 0 {
                     None
                 } else {
-                    let mut bytes = vec![0u8; n * *dim * 4];
-                    let got = reader.read_full(&mut bytes, path)?;
-                    if got < bytes.len() {
+                    // Grown as data arrives: the header's shape is not trusted.
+                    let want = n.saturating_mul(*dim).saturating_mul(4);
+                    let mut bytes = Vec::new();
+                    let got = reader.read_up_to(want, &mut bytes, path)?;
+                    if got < want {
                         let row = first_row + (got / (*dim * 4)) as u64;
                         return Err(Error::malformed(
                             path.as_path(),
