@@ -366,7 +366,7 @@ fn a_metric_that_disagrees_with_the_dataset_is_an_error() {
 /// there is no dataset.
 fn state(dir: &Path) -> Option<(u64, u64)> {
     let ds = Dataset::open(dir).ok()?;
-    Some((ds.version(), ds.count_rows() as u64))
+    Some((ds.version(), ds.count_rows()))
 }
 
 /// 31 bytes inserted into the first data page of a Parquet file make the

@@ -5,6 +5,7 @@ mod cli;
 mod common;
 mod engine;
 mod exact;
+mod fuzz;
 mod http;
 mod ingest;
 mod ivf;
