@@ -76,7 +76,7 @@ pub fn ingest(
             Dataset::create(dataset_dir, inferred, config.clone())?
         }
     };
-    let appended = append_all(&mut dataset, first, &mut reader, &progress, input);
+    let appended = append_all(&mut dataset, first, &mut reader, &progress);
     progress.finish_and_clear();
     let rows = match appended {
         Ok(rows) => rows,
@@ -100,14 +100,13 @@ fn append_all(
     first: crate::storage::ingest::Chunk,
     reader: &mut ChunkReader,
     progress: &indicatif::ProgressBar,
-    input: &Path,
 ) -> Result<u64> {
     let schema = dataset.schema().clone();
-    let first = first.into_batch(&schema, input)?;
+    let first = first.into_batch(&schema)?;
     let rest = std::iter::from_fn(|| {
         progress.set_position(reader.bytes_read());
         match reader.next_chunk() {
-            Ok(Some(chunk)) => Some(chunk.into_batch(&schema, input)),
+            Ok(Some(chunk)) => Some(chunk.into_batch(&schema)),
             Ok(None) => None,
             Err(e) => Some(Err(e)),
         }

@@ -11,21 +11,27 @@
 //! literals of int, float, string and bool. A column is compared with a
 //! literal (either side); column-to-column comparisons are not supported.
 //!
-//! Size never becomes stack depth: a chain `a AND b AND …` (the parser's
-//! left-deep tree) is walked with a loop into one n-ary node, rendered and
-//! torn down without recursion, so a filter of 100,000 terms works on a
-//! 2 MiB thread stack. What remains recursive is real nesting (parentheses,
-//! NOT, mixed AND/OR), bounded by [`MAX_FILTER_DEPTH`] and, before that,
-//! by the parser's own recursion limit.
+//! Size never becomes stack depth: the boolean layer (AND, OR, NOT,
+//! parentheses) is parsed by a loop of ours that keeps a chain's operands in
+//! a list until it is complete, and sqlparser parses each predicate in
+//! between, whose runs of operators are bounded first; so no parse, even
+//! one failing after 100,000 terms, builds or drops a deep tree. A chain
+//! `a AND b AND …` (left-deep, as sqlparser builds it) is walked with a loop
+//! into one n-ary node, rendered and torn down without recursion, so a
+//! filter of 100,000 terms works on a 2 MiB thread stack. What remains
+//! recursive is real nesting (parentheses, NOT, mixed AND/OR), bounded by
+//! [`MAX_FILTER_DEPTH`] and, inside a predicate, by sqlparser's own
+//! recursion limit.
 
 use crate::error::{Error, Result};
 use crate::storage::schema::{ColumnType, Schema};
 use arrow_array::{Array, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
 use roaring::RoaringBitmap;
 use sqlparser::ast::{BinaryOperator, Expr, Ident, UnaryOperator, Value};
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
-use sqlparser::tokenizer::Token;
+use sqlparser::dialect::{Dialect, GenericDialect, Precedence};
+use sqlparser::keywords::Keyword;
+use sqlparser::parser::{Parser, ParserError};
+use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 
 /// A literal value in a filter.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,32 +122,7 @@ impl Filter {
                 message: "the filter is empty".into(),
             });
         }
-        let dialect = GenericDialect {};
-        let mut parser = Parser::new(&dialect)
-            .try_with_sql(sql)
-            .map_err(|e| Error::Filter {
-                message: e.to_string(),
-            })?;
-        let expr = parser.parse_expr().map_err(|e| {
-            let message = e.to_string();
-            Error::Filter {
-                message: if message.contains("Line:") {
-                    message
-                } else {
-                    format!("{message} (at the end of the filter)")
-                },
-            }
-        })?;
-        let next = parser.peek_token();
-        if next.token != Token::EOF {
-            dismantle(expr);
-            return Err(Error::Filter {
-                message: format!(
-                    "unexpected '{}' at Line: {}, Column: {}",
-                    next.token, next.span.start.line, next.span.start.column
-                ),
-            });
-        }
+        let expr = parse_expr(sql)?;
         let compiled = compile(&expr, schema, 0);
         let normalized = render(&expr);
         dismantle(expr);
@@ -199,6 +180,44 @@ impl Filter {
             .map(|(i, _)| i as u32)
             .collect())
     }
+}
+
+/// `sql` as one expression: the tree sqlparser's `parse_expr` gives,
+/// with no deep recursion on the way (see [`BooleanLayer`]).
+fn parse_expr(sql: &str) -> Result<Expr> {
+    let dialect = GenericDialect {};
+    let tokens = Tokenizer::new(&dialect, sql)
+        .tokenize_with_location()
+        .map_err(|e| Error::Filter {
+            message: ParserError::from(e).to_string(),
+        })?;
+    bound_operator_runs(&tokens)?;
+    let mut layer = BooleanLayer {
+        parser: Parser::new(&dialect).with_tokens_with_locations(tokens),
+        and: dialect.prec_value(Precedence::And),
+        depth: 0,
+    };
+    let expr = layer.parse_or().map_err(|e| {
+        let message = e.to_string();
+        Error::Filter {
+            message: if message.contains("Line:") || e == ParserError::RecursionLimitExceeded {
+                message
+            } else {
+                format!("{message} (at the end of the filter)")
+            },
+        }
+    })?;
+    let next = layer.parser.peek_token();
+    if next.token != Token::EOF {
+        dismantle(expr);
+        return Err(Error::Filter {
+            message: format!(
+                "unexpected '{}' at Line: {}, Column: {}",
+                next.token, next.span.start.line, next.span.start.column
+            ),
+        });
+    }
+    Ok(expr)
 }
 
 fn filter_err(message: String) -> Error {
@@ -329,6 +348,210 @@ fn column_and_literal(
 /// Deepest nesting of parentheses, NOT and alternating AND/OR a filter
 /// may have (chains of one operator do not count: they are flattened).
 pub const MAX_FILTER_DEPTH: usize = 64;
+
+/// Most operators one predicate may hold at one level of parentheses (the
+/// text between two commas, or between two ANDs or ORs of the boolean
+/// layer); far above any predicate a filter can use.
+const MAX_PREDICATE_OPERATORS: usize = 64;
+
+/// Refuses a filter that would make sqlparser build a deep tree: sqlparser
+/// parses each predicate (see [`BooleanLayer`]), and a long run of
+/// operators inside one (`1 + 1 + …`, a chain inside an `IN` list) would
+/// be a left-deep tree it drops recursively when it then fails. Walks the
+/// tokens as the boolean layer will: a `(` where an operand starts is a
+/// group, whose ANDs and ORs (not a BETWEEN's AND) end a predicate.
+fn bound_operator_runs(tokens: &[TokenWithSpan]) -> Result<()> {
+    struct Level {
+        group: bool,
+        operators: usize,
+        open_betweens: usize,
+    }
+    let mut levels = vec![Level {
+        group: true,
+        operators: 0,
+        open_betweens: 0,
+    }];
+    let mut operand_start = true;
+    for t in tokens {
+        match &t.token {
+            Token::Whitespace(_) => continue,
+            Token::LParen => {
+                levels.push(Level {
+                    group: operand_start,
+                    operators: 0,
+                    open_betweens: 0,
+                });
+                continue;
+            }
+            Token::RParen if levels.len() > 1 => {
+                levels.pop();
+                operand_start = false;
+                continue;
+            }
+            _ => {}
+        }
+        let depth = levels.len() - 1;
+        let level = &mut levels[depth];
+        let keyword = match &t.token {
+            Token::Word(w) if w.quote_style.is_none() => w.keyword,
+            _ => Keyword::NoKeyword,
+        };
+        let counts = match &t.token {
+            Token::RParen => false,
+            Token::Comma => {
+                level.operators = 0;
+                false
+            }
+            _ if keyword == Keyword::NOT && operand_start => continue,
+            _ if level.group
+                && (keyword == Keyword::OR
+                    || (keyword == Keyword::AND && level.open_betweens == 0)) =>
+            {
+                level.operators = 0;
+                operand_start = true;
+                continue;
+            }
+            _ if level.group && keyword == Keyword::AND => {
+                level.open_betweens -= 1;
+                true
+            }
+            _ if level.group && keyword == Keyword::BETWEEN => {
+                level.open_betweens += 1;
+                true
+            }
+            Token::Word(_) => keyword != Keyword::NoKeyword,
+            Token::Number(..)
+            | Token::SingleQuotedString(_)
+            | Token::DoubleQuotedString(_)
+            | Token::NationalStringLiteral(_)
+            | Token::EscapedStringLiteral(_)
+            | Token::HexStringLiteral(_) => false,
+            _ => true,
+        };
+        operand_start = false;
+        if counts {
+            level.operators += 1;
+            if level.operators > MAX_PREDICATE_OPERATORS {
+                let at = t.span.start;
+                return Err(filter_err(format!(
+                    "more than {MAX_PREDICATE_OPERATORS} operators in one predicate at Line: \
+                     {}, Column: {} (a filter compares columns with literals)",
+                    at.line, at.column
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The boolean layer of a filter (AND, OR, NOT, grouping parentheses),
+/// parsed with loops; sqlparser parses each predicate in between, on the
+/// same tokens, so its error messages and the tree are the ones a plain
+/// `parse_expr` gives. A chain is kept as a list of operands until it is
+/// complete, so a parse failing after 100,000 terms tears them down without
+/// recursion, where sqlparser would drop its left-deep tree recursively.
+struct BooleanLayer<'a> {
+    parser: Parser<'a>,
+    /// sqlparser's precedence of AND: a predicate is what binds tighter.
+    and: u8,
+    /// Groups and NOTs entered, bounded by [`MAX_FILTER_DEPTH`].
+    depth: usize,
+}
+
+/// The operands of a chain being parsed, torn down by [`dismantle`] when
+/// the parse fails part-way.
+struct Operands(Vec<Expr>);
+
+impl Drop for Operands {
+    fn drop(&mut self) {
+        self.0.drain(..).for_each(dismantle);
+    }
+}
+
+impl Operands {
+    /// The chain as sqlparser builds it: `((a op b) op c) …`.
+    fn into_chain(mut self, op: BinaryOperator) -> Expr {
+        let mut chain: Option<Expr> = None;
+        for e in std::mem::take(&mut self.0) {
+            chain = Some(match chain {
+                None => e,
+                Some(left) => Expr::BinaryOp {
+                    left: Box::new(left),
+                    op: op.clone(),
+                    right: Box::new(e),
+                },
+            });
+        }
+        chain.unwrap_or(Expr::Value(Value::Boolean(true).into()))
+    }
+}
+
+impl BooleanLayer<'_> {
+    fn parse_or(&mut self) -> Result<Expr, ParserError> {
+        let mut operands = Operands(vec![self.parse_and()?]);
+        while self.parser.parse_keyword(Keyword::OR) {
+            operands.0.push(self.parse_and()?);
+        }
+        Ok(operands.into_chain(BinaryOperator::Or))
+    }
+
+    fn parse_and(&mut self) -> Result<Expr, ParserError> {
+        let mut operands = Operands(vec![self.parse_operand()?]);
+        while self.parser.parse_keyword(Keyword::AND) {
+            operands.0.push(self.parse_operand()?);
+        }
+        Ok(operands.into_chain(BinaryOperator::And))
+    }
+
+    /// `NOT operand`, `( … )` or a predicate.
+    fn parse_operand(&mut self) -> Result<Expr, ParserError> {
+        if self.depth >= MAX_FILTER_DEPTH {
+            return Err(ParserError::RecursionLimitExceeded);
+        }
+        self.depth += 1;
+        let operand = self.parse_operand_inner();
+        self.depth -= 1;
+        operand
+    }
+
+    fn parse_operand_inner(&mut self) -> Result<Expr, ParserError> {
+        if self.parser.peek_keyword(Keyword::NOT) {
+            self.parser.next_token();
+            return Ok(Expr::UnaryOp {
+                op: UnaryOperator::Not,
+                expr: Box::new(self.parse_operand()?),
+            });
+        }
+        if self.parser.peek_token().token != Token::LParen {
+            return self.parser.parse_subexpr(self.and);
+        }
+        self.parser.next_token();
+        let inner = self.parse_or()?;
+        if let Err(e) = self.parser.expect_token(&Token::RParen) {
+            dismantle(inner);
+            return Err(e);
+        }
+        let chain = matches!(
+            &inner,
+            Expr::BinaryOp {
+                op: BinaryOperator::And | BinaryOperator::Or,
+                ..
+            }
+        );
+        let mut expr = Expr::Nested(Box::new(inner));
+        // `(len) = 1`: sqlparser goes on with the operators that bind
+        // tighter than AND. A group holding a chain is no operand (what
+        // follows is reported as unexpected).
+        while !chain && self.parser.peek_token().token != Token::Period {
+            let precedence = self.parser.get_next_precedence()?;
+            if precedence <= self.and {
+                break;
+            }
+            expr = self.parser.parse_infix(expr, precedence)?;
+        }
+        Ok(expr)
+    }
+}
 
 /// The operands of the chain of `op` rooted at `expr`, left to right,
 /// found with a loop (the parser builds `a AND b AND c` left-deep);
@@ -902,6 +1125,80 @@ mod tests {
             let bad = vec!["len = 1"; 100_000].join(" AND ") + " garbage";
             assert!(Filter::parse(&bad, &schema()).is_err());
         });
+    }
+
+    /// Long chains wherever else a filter can hold them: ended by an
+    /// error (sqlparser used to drop the 100,000-node tree it had built, by
+    /// recursion), in an unclosed group, as arithmetic, in an IN list, as a
+    /// chain of BETWEENs. Each is an error, on a 2 MiB stack (each of these
+    /// overflowed it before).
+    #[test]
+    fn long_chains_anywhere_are_errors_not_overflows() {
+        on_small_stack(|| {
+            let and = vec!["len = 1"; 100_000].join(" AND ");
+            let or = vec!["len = 1"; 100_000].join(" OR ");
+            let plus = vec!["1"; 100_000].join(" + ");
+            let betweens = vec!["len BETWEEN 1 AND 2"; 50_000].join(" BETWEEN 1 AND ");
+            for (sql, needle) in [
+                (
+                    format!("{and} AND"),
+                    "found: EOF (at the end of the filter)",
+                ),
+                (format!("{or} OR"), "found: EOF (at the end of the filter)"),
+                (format!("({and}"), "Expected: ), found: EOF"),
+                (format!("NOT ({or} AND )"), "found: ) at Line: 1"),
+                (
+                    format!("len = {plus} +"),
+                    "more than 64 operators in one predicate",
+                ),
+                (
+                    format!("len IN ({and})"),
+                    "more than 64 operators in one predicate",
+                ),
+                (
+                    format!("len BETWEEN {plus} AND 3"),
+                    "more than 64 operators",
+                ),
+                (format!("len < 3 AND {betweens}"), "more than 64 operators"),
+                (format!("({and}) = 1"), "unexpected '='"),
+            ] {
+                let message = Filter::parse(&sql, &schema()).unwrap_err().to_string();
+                assert!(message.contains(needle), "{message}");
+            }
+        });
+    }
+
+    /// The boolean layer builds the tree sqlparser's own `parse_expr`
+    /// builds, so the normal form (and the engine's batch keys) are as
+    /// before.
+    #[test]
+    fn the_boolean_layer_builds_sqlparsers_tree() {
+        for sql in [
+            "len < 20",
+            "a OR b AND c OR d",
+            "(a OR b) AND (c OR d) AND NOT e",
+            "NOT a = 1 AND b",
+            "NOT NOT flag OR NOT (len IS NULL)",
+            "len BETWEEN 1 AND 5 AND len NOT BETWEEN 2 AND 3 OR x",
+            "(len) = 1 AND (len + 1) > 2",
+            "((len = 1)) OR (((a AND b)))",
+            "len IN (1, -2, 3) AND category NOT LIKE 'n%' AND len IS NOT NULL",
+            "a = NOT b AND c",
+            "-len < 3 AND x XOR y",
+            "(a AND b) = TRUE",
+        ] {
+            let dialect = GenericDialect {};
+            let plain = Parser::new(&dialect)
+                .try_with_sql(sql)
+                .unwrap()
+                .parse_expr()
+                .ok();
+            match parse_expr(sql) {
+                Ok(expr) => assert_eq!(Some(expr), plain, "{sql}"),
+                // A group holding a chain is no operand of '='.
+                Err(e) => assert!(sql.starts_with("(a AND b) ="), "{sql}: {e}"),
+            }
+        }
     }
 
     #[test]

@@ -38,10 +38,12 @@ impl ColumnType {
     }
 
     /// The scalar column type an Arrow type is read as (integers → int64,
-    /// floats → float64, any string → utf8, boolean → bool); `None` for
-    /// everything else, including lists.
+    /// floats → float64, any string → utf8, boolean → bool; a dictionary
+    /// as its values, which conforming casts out); `None` for everything
+    /// else, including lists.
     pub fn from_arrow_scalar(dt: &DataType) -> Option<ColumnType> {
         match dt {
+            DataType::Dictionary(_, values) => ColumnType::from_arrow_scalar(values),
             DataType::Int8
             | DataType::Int16
             | DataType::Int32

@@ -339,3 +339,91 @@ fn stdout_failures_are_errors_not_panics() {
     assert_eq!(done.status.code(), Some(0), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+/// Hostile ingest inputs end in exit code 1 and one `error:` line that
+/// names the right file and says what is wrong (never a panic, exit 101).
+#[test]
+fn hostile_ingest_inputs_exit_1_with_one_error_line() {
+    use crate::common::{first_data_page, vector_tag_batch, with_inserted, write_parquet};
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let path = |name: &str| dir.path().join(name);
+    // `shoal ingest --dataset ds --vectors <input> <extra...>`
+    let ingest = |input: &str, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(["ingest", "--dataset"])
+            .arg(&ds)
+            .arg("--vectors")
+            .arg(path(input))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let fails = |out: std::process::Output, needles: &[&str]| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("error: "), "{stderr}");
+        for needle in needles {
+            assert!(stderr.contains(needle), "expected '{needle}' in: {stderr}");
+        }
+    };
+    // Parquet with 31 bytes inserted into its first data page: find an
+    // insertion that reaches the decoder's panic through the library.
+    let good = path("good.parquet");
+    write_parquet(&good, &vector_tag_batch(200, 8, false));
+    let bytes = std::fs::read(&good).unwrap();
+    let page = first_data_page(&good);
+    let opts = shoal::storage::ingest::IngestOptions {
+        progress: false,
+        ..Default::default()
+    };
+    let panicking = (page..page + 48).find(|&at| {
+        std::fs::write(path("bad.parquet"), with_inserted(&bytes, at, 31, 0xFF)).unwrap();
+        let probe = path("probe");
+        shoal::db::ingest::ingest(&probe, &path("bad.parquet"), &opts, &Default::default())
+            .is_err_and(|e| e.to_string().contains("the decoder failed"))
+    });
+    assert!(
+        panicking.is_some(),
+        "no insertion reached the decoder's panic"
+    );
+    fails(
+        ingest("bad.parquet", &[]),
+        &["bad.parquet: after row 0: the decoder failed"],
+    );
+    assert!(!ds.exists());
+    // A dictionary-encoded string column is read.
+    write_parquet(&path("dict.parquet"), &vector_tag_batch(20, 4, true));
+    let out = ingest("dict.parquet", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info = shoal(&["info", "--dataset", ds.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("tag              utf8"));
+    // --meta errors name the meta file and line, a meta field that sets
+    // the vector column says so, and so does --column naming a scalar.
+    write_fvecs(&path("v.fvecs"), &vec![vec![1.0, 2.0, 3.0, 4.0]; 3]).unwrap();
+    std::fs::write(path("m.jsonl"), "{\"tag\": \"a\"}\n{\"tag\": 5}\n{}\n").unwrap();
+    std::fs::write(path("v.jsonl"), "{\"vector\": [1, 2, 3, 4]}\n{}\n{}\n").unwrap();
+    let meta = |file: &str| path(file).to_string_lossy().to_string();
+    fails(
+        ingest("v.fvecs", &["--meta", &meta("m.jsonl")]),
+        &["m.jsonl: line 2: field 'tag' should be a string"],
+    );
+    fails(
+        ingest("v.fvecs", &["--meta", &meta("v.jsonl")]),
+        &[
+            "v.jsonl: line 1: field 'vector' is the vector column",
+            "v.fvecs",
+        ],
+    );
+    fails(
+        ingest("v.fvecs", &["--column", "tag"]),
+        &["column 'tag' is utf8, expected a vector column"],
+    );
+    let info = shoal(&["info", "--dataset", ds.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("version 2  rows 20"));
+}

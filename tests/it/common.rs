@@ -1,7 +1,9 @@
 //! Seeded fixtures and an independent float64 brute-force reference.
 
+use arrow_array::types::Int32Type;
 use arrow_array::{
-    ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray,
+    ArrayRef, BooleanArray, DictionaryArray, FixedSizeListArray, Float32Array, Int64Array,
+    RecordBatch, StringArray,
 };
 use arrow_schema::{DataType, Field};
 use rand::{Rng, SeedableRng};
@@ -232,4 +234,55 @@ pub fn random_queries(
         vectors.push(v);
     }
     vectors
+}
+
+/// `n` rows of a `vector` column (`dim` floats, distinct rows) and a `tag`
+/// string column, plain or dictionary-encoded.
+pub fn vector_tag_batch(n: usize, dim: usize, dictionary: bool) -> RecordBatch {
+    let flat: Vec<f32> = (0..n * dim)
+        .map(|i| ((i * 7) % 11) as f32 - 5.0 + (i / dim) as f32 * 0.01)
+        .collect();
+    let vectors = FixedSizeListArray::try_new(
+        Arc::new(Field::new("item", DataType::Float32, true)),
+        dim as i32,
+        Arc::new(Float32Array::from(flat)),
+        None,
+    )
+    .unwrap();
+    let tags = (0..n).map(|i| CATS[i % CATS.len()]);
+    let tag: ArrayRef = if dictionary {
+        Arc::new(tags.collect::<DictionaryArray<Int32Type>>())
+    } else {
+        Arc::new(StringArray::from_iter_values(tags))
+    };
+    RecordBatch::try_from_iter(vec![
+        ("vector", Arc::new(vectors) as ArrayRef),
+        ("tag", tag),
+    ])
+    .unwrap()
+}
+
+/// `batch` written as a Parquet file at `path` (the writer's defaults:
+/// uncompressed, dictionary pages first).
+pub fn write_parquet(path: &Path, batch: &RecordBatch) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    w.write(batch).unwrap();
+    w.close().unwrap();
+}
+
+/// Byte offset of the first data page of the Parquet file at `path` (first
+/// row group, first column), from its metadata.
+pub fn first_data_page(path: &Path) -> usize {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let offset = reader.metadata().row_group(0).column(0).data_page_offset();
+    usize::try_from(offset).unwrap()
+}
+
+/// `bytes` with `count` copies of `fill` inserted at `at`.
+pub fn with_inserted(bytes: &[u8], at: usize, count: usize, fill: u8) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    out.splice(at..at, std::iter::repeat_n(fill, count));
+    out
 }

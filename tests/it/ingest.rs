@@ -1,5 +1,6 @@
 //! Ingest of every supported format, and malformed files.
 
+use crate::common::{first_data_page, vector_tag_batch, with_inserted, write_parquet};
 use arrow_array::{
     ArrayRef, FixedSizeListArray, Float32Array, Int32Array, ListArray, RecordBatch, StringArray,
 };
@@ -359,4 +360,268 @@ fn a_metric_that_disagrees_with_the_dataset_is_an_error() {
             .version,
         before + 1
     );
+}
+
+/// The version and row count of the dataset at `dir`, or `None` when
+/// there is no dataset.
+fn state(dir: &Path) -> Option<(u64, u64)> {
+    let ds = Dataset::open(dir).ok()?;
+    Some((ds.version(), ds.count_rows()))
+}
+
+/// 31 bytes inserted into the first data page of a Parquet file make the
+/// parquet crate panic (an over-long VLQ integer in the levels): a guard
+/// turns that into a malformed-input error naming the file, and the ingest
+/// commits nothing.
+#[test]
+fn a_parquet_decoder_panic_is_malformed_input_and_commits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.parquet");
+    write_parquet(&good, &vector_tag_batch(200, 8, false));
+    let target = dir.path().join("ds");
+    ingest(&target, &good, &quiet(), &Config::default()).unwrap();
+    let bytes = std::fs::read(&good).unwrap();
+    let page = first_data_page(&good);
+    let bad = dir.path().join("bad.parquet");
+    let mut decoder_failures = 0;
+    for at in page..page + 48 {
+        std::fs::write(&bad, with_inserted(&bytes, at, 31, 0xFF)).unwrap();
+        let before = state(&target).unwrap();
+        match ingest(&target, &bad, &quiet(), &Config::default()) {
+            Ok(report) => assert_eq!(state(&target).unwrap().0, report.version),
+            Err(err) => {
+                assert!(matches!(err, Error::MalformedInput { .. }), "+{at}: {err}");
+                assert!(err.to_string().contains("bad.parquet"), "{err}");
+                decoder_failures += err.to_string().contains("the decoder failed") as usize;
+                assert_eq!(state(&target).unwrap(), before, "+{at}: {err}");
+                let fresh = dir.path().join("fresh");
+                assert!(ingest(&fresh, &bad, &quiet(), &Config::default()).is_err());
+                assert!(!fresh.exists(), "a failed first ingest left {fresh:?}");
+            }
+        }
+    }
+    assert!(
+        decoder_failures > 0,
+        "no insertion reached the decoder's panic"
+    );
+}
+
+#[test]
+fn dictionary_encoded_parquet_columns_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let dict = dir.path().join("dict.parquet");
+    let batch = vector_tag_batch(100, 4, true);
+    let small = arrow_array::Int8Array::from_iter_values((0..100).map(|i| (i % 5) as i8));
+    let n = arrow_array::DictionaryArray::<arrow_array::types::UInt8Type>::try_new(
+        arrow_array::UInt8Array::from_iter_values((0..100).map(|i| (i % 5) as u8)),
+        Arc::new(small.slice(0, 5)),
+    )
+    .unwrap();
+    let with_n = |batch: RecordBatch, n: ArrayRef| {
+        let mut columns = batch.columns().to_vec();
+        columns.push(n);
+        RecordBatch::try_from_iter(["vector", "tag", "n"].into_iter().zip(columns)).unwrap()
+    };
+    let batch = with_n(batch, Arc::new(n));
+    assert!(matches!(
+        batch.column(1).data_type(),
+        DataType::Dictionary(_, _)
+    ));
+    write_parquet(&dict, &batch);
+    // A new dataset: the dictionaries' value types.
+    let target = dir.path().join("ds");
+    ingest(&target, &dict, &quiet(), &Config::default()).unwrap();
+    let ds = Dataset::open(&target).unwrap();
+    assert_eq!(ds.schema().column("tag").unwrap().ty, ColumnType::Utf8);
+    assert_eq!(ds.schema().column("n").unwrap().ty, ColumnType::Int64);
+    // An existing dataset with plain columns takes them too.
+    let plain = dir.path().join("plain.parquet");
+    let plain_n = Arc::new(arrow_array::Int64Array::from_iter_values(0..10));
+    write_parquet(&plain, &with_n(vector_tag_batch(10, 4, false), plain_n));
+    let other = dir.path().join("other");
+    ingest(&other, &plain, &quiet(), &Config::default()).unwrap();
+    let report = ingest(&other, &dict, &quiet(), &Config::default()).unwrap();
+    assert_eq!(report.rows, 100);
+    for target in [&target, &other] {
+        let ds = Dataset::open(target).unwrap();
+        let mut q = Query::new(vec![0.0; 4], 200);
+        q.filter = Some("tag = 'verb' AND n = 3".into());
+        q.projection = vec!["tag".into(), "n".into()];
+        let hits = &ds.search(&q).unwrap().hits[0];
+        // Rows i of the dictionary file with i % 4 == 1 and i % 5 == 3.
+        let want: Vec<i64> = (0..100).filter(|i| i % 4 == 1 && i % 5 == 3).collect();
+        let first = if target == &other { 10 } else { 0 };
+        let mut got: Vec<i64> = hits.iter().map(|h| h.id - first).collect();
+        got.sort();
+        assert_eq!(got, want);
+        assert!(hits
+            .iter()
+            .all(|h| h.values == vec![ScalarValue::Utf8("verb".into()), ScalarValue::Int64(3)]));
+    }
+}
+
+/// A `--meta` file's errors name the meta file and its line (blank lines
+/// counted), on a first ingest and on an existing dataset.
+#[test]
+fn meta_errors_name_the_meta_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("base.fvecs");
+    write_fvecs(&input, &vectors(6, 4)).unwrap();
+    let meta = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        IngestOptions {
+            meta: Some(path),
+            ..quiet()
+        }
+    };
+    let good = meta("good.jsonl", &"{\"len\": 1}\n".repeat(6));
+    let target = dir.path().join("ds");
+    ingest(&target, &input, &good, &Config::default()).unwrap();
+    // Line 4 (after a blank line) holds a string where len is an integer.
+    let text = "{\"len\": 1}\n\n{\"len\": 2}\n{\"len\": \"six\"}\n{}\n{}\n{}\n";
+    let bad = meta("bad.jsonl", text);
+    let fresh = dir.path().join("fresh");
+    for (target, needle) in [
+        (
+            &target,
+            "bad.jsonl: line 4: field 'len' should be an integer",
+        ),
+        (
+            &fresh,
+            "bad.jsonl: line 4: field 'len' is utf8, but int64 on line 1",
+        ),
+    ] {
+        let before = state(target);
+        let err = ingest(target, &input, &bad, &Config::default()).unwrap_err();
+        assert!(matches!(err, Error::MalformedInput { .. }), "{err}");
+        assert!(
+            err.to_string().contains(needle),
+            "expected '{needle}' in: {err}"
+        );
+        assert!(!err.to_string().contains("base.fvecs"), "{err}");
+        assert_eq!(state(target), before);
+    }
+    // JSON that does not parse: the meta file and its line.
+    let broken = meta("broken.jsonl", "{\"len\": 1}\n{\"len\": \n");
+    let err = ingest(&target, &input, &broken, &Config::default()).unwrap_err();
+    assert!(err.to_string().contains("broken.jsonl: line 2"), "{err}");
+}
+
+/// A meta line that sets the vector column is told so (it used to say
+/// that `vector` is not a column while listing it among the columns).
+#[test]
+fn a_meta_field_naming_the_vector_column_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("base.fvecs");
+    write_fvecs(&input, &vectors(3, 4)).unwrap();
+    let meta = dir.path().join("m.jsonl");
+    std::fs::write(
+        &meta,
+        "{\"len\": 1}\n{\"len\": 2, \"vector\": [1, 2, 3, 4]}\n{}\n",
+    )
+    .unwrap();
+    let opts = IngestOptions {
+        meta: Some(meta.clone()),
+        ..quiet()
+    };
+    let target = dir.path().join("ds");
+    let needle = "m.jsonl: line 2: field 'vector' is the vector column, whose vectors \
+                  come from";
+    // First ingest (was "duplicate column 'vector'"), then an existing dataset.
+    let err = ingest(&target, &input, &opts, &Config::default()).unwrap_err();
+    assert!(err.to_string().contains(needle), "{err}");
+    assert!(!target.exists());
+    ingest(&target, &input, &quiet(), &Config::default()).unwrap();
+    let err = ingest(&target, &input, &opts, &Config::default()).unwrap_err();
+    assert!(err.to_string().contains(needle), "{err}");
+    assert!(err.to_string().contains("base.fvecs"), "{err}");
+    assert_eq!(state(&target), Some((2, 3)));
+    // With --column len, a meta field 'len' is that vector column.
+    let opts = IngestOptions {
+        column: Some("len".into()),
+        meta: Some(meta),
+        ..quiet()
+    };
+    let err = ingest(&dir.path().join("len"), &input, &opts, &Config::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("line 1: field 'len' is the vector column"),
+        "{err}"
+    );
+}
+
+/// `--column` naming a scalar column or no column says so (it used to say
+/// that the input has no vector column 'vector').
+#[test]
+fn column_naming_a_scalar_or_missing_column_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("base.fvecs");
+    write_fvecs(&input, &vectors(3, 4)).unwrap();
+    let meta = dir.path().join("m.jsonl");
+    std::fs::write(&meta, "{\"len\": 1}\n{\"len\": 2}\n{}\n").unwrap();
+    let target = dir.path().join("ds");
+    let with_meta = IngestOptions {
+        meta: Some(meta),
+        ..quiet()
+    };
+    ingest(&target, &input, &with_meta, &Config::default()).unwrap();
+    let column = |name: &str| IngestOptions {
+        column: Some(name.into()),
+        ..quiet()
+    };
+    let err = ingest(&target, &input, &column("len"), &Config::default()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "column 'len' is int64, expected a vector column"
+    );
+    let err = ingest(&target, &input, &column("nope"), &Config::default()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unknown column 'nope' (columns: id, vector, len)"
+    );
+    assert_eq!(state(&target), Some((2, 3)));
+}
+
+/// JSON Lines errors name the line in the file, blank lines counted.
+#[test]
+fn jsonl_errors_count_blank_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rows.jsonl");
+    std::fs::write(
+        &path,
+        "{\"vector\": [1, 2], \"n\": 1}\n\n\n{\"vector\": [3, 4], \"n\": \"x\"}\n",
+    )
+    .unwrap();
+    let err = ingest(&dir.path().join("ds"), &path, &quiet(), &Config::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("rows.jsonl: line 4: field 'n' is utf8, but int64 on line 1"),
+        "{err}"
+    );
+}
+
+/// An `.npy` header sizes nothing: a huge dimension is refused and a huge
+/// row count only reads the bytes that are there.
+#[test]
+fn an_npy_header_cannot_size_an_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let npy = |name: &str, shape: &str, data: usize| {
+        let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend(std::iter::repeat_n(0x3F, data));
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let wide = npy("wide.npy", "(2, 4000000000000)", 64);
+    expect_malformed(&wide, "dimension 4000000000000");
+    let tall = npy("tall.npy", "(4000000000000, 1048576)", 64);
+    expect_malformed(&tall, "truncated: data ends at byte");
 }

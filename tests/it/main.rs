@@ -6,6 +6,7 @@ mod common;
 mod corruption;
 mod engine;
 mod exact;
+mod fuzz;
 mod http;
 mod ingest;
 mod ivf;

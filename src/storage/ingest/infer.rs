@@ -3,7 +3,6 @@
 
 use super::*;
 
-/// Infers a new dataset's schema from its first chunk.
 /// The schema of a new dataset, inferred from the first chunk of input.
 pub fn infer_schema(chunk: &Chunk, metric: Metric) -> Result<Schema> {
     let mut cols: Vec<(String, ColumnType)> = Vec::new();
@@ -16,7 +15,7 @@ pub fn infer_schema(chunk: &Chunk, metric: Metric) -> Result<Schema> {
                 cols.extend(infer_json(rows, metric)?);
             }
         }
-        Chunk::Json { rows, .. } => cols.extend(infer_json(rows, metric)?),
+        Chunk::Json(rows) => cols.extend(infer_json(rows, metric)?),
         Chunk::Arrow(batch) => {
             for field in batch.schema().fields() {
                 let ty = match (
@@ -68,13 +67,12 @@ pub(super) fn list_len(array: &dyn Array, row: usize) -> Option<usize> {
 }
 
 /// Column types of JSON rows: numbers → int64 (all integral) or float64,
-/// strings → utf8, booleans → bool, arrays of numbers → vectors.
-pub(super) fn infer_json(
-    rows: &[Map<String, Value>],
-    metric: Metric,
-) -> Result<Vec<(String, ColumnType)>> {
-    let mut cols: Vec<(String, ColumnType)> = Vec::new();
-    for row in rows {
+/// strings → utf8, booleans → bool, arrays of numbers → vectors. Errors
+/// name the file and line.
+pub(super) fn infer_json(json: &JsonRows, metric: Metric) -> Result<Vec<(String, ColumnType)>> {
+    // (name, type, row where the type was first seen)
+    let mut cols: Vec<(String, ColumnType, usize)> = Vec::new();
+    for (i, row) in json.rows.iter().enumerate() {
         for (key, value) in row {
             let ty = match value {
                 Value::Null => continue,
@@ -87,28 +85,37 @@ pub(super) fn infer_json(
                     metric,
                 },
                 Value::Object(_) => {
-                    return Err(Error::SchemaMismatch(format!(
-                        "field '{key}' is an object; only flat rows are supported"
-                    )))
+                    return Err(Error::malformed(
+                        &json.path,
+                        format!(
+                            "{}: field '{key}' is an object; only flat rows are supported",
+                            json.label(i)
+                        ),
+                    ))
                 }
             };
-            match cols.iter_mut().find(|(n, _)| n == key) {
-                None => cols.push((key.clone(), ty)),
-                Some((_, existing)) => {
+            match cols.iter_mut().find(|(n, _, _)| n == key) {
+                None => cols.push((key.clone(), ty, i)),
+                Some((_, existing, first)) => {
                     if *existing == ColumnType::Int64 && ty == ColumnType::Float64 {
                         *existing = ColumnType::Float64;
                     } else if !(*existing == ty
                         || (*existing == ColumnType::Float64 && ty == ColumnType::Int64))
                     {
-                        return Err(Error::SchemaMismatch(format!(
-                            "field '{key}' is {} in one row and {} in another",
-                            existing.describe(),
-                            ty.describe()
-                        )));
+                        return Err(Error::malformed(
+                            &json.path,
+                            format!(
+                                "{}: field '{key}' is {}, but {} on {}",
+                                json.label(i),
+                                ty.describe(),
+                                existing.describe(),
+                                json.label(*first)
+                            ),
+                        ));
                     }
                 }
             }
         }
     }
-    Ok(cols)
+    Ok(cols.into_iter().map(|(name, ty, _)| (name, ty)).collect())
 }

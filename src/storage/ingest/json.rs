@@ -7,19 +7,37 @@ use super::*;
 /// (`line 12` of a file, `rows[3]` of a request).
 pub(super) type RowLabel<'a> = &'a dyn Fn(usize) -> String;
 
+/// Rows read from a JSON Lines file, each with the line it came from.
+pub struct JsonRows {
+    /// The file the rows came from.
+    pub path: PathBuf,
+    /// One object per row.
+    pub rows: Vec<Map<String, Value>>,
+    /// The line number (from 1) of each row; blank lines hold no row.
+    pub lines: Vec<u64>,
+}
+
+impl JsonRows {
+    /// `line N` of row `i`, for error messages.
+    pub(super) fn label(&self, i: usize) -> String {
+        match self.lines.get(i) {
+            Some(line) => format!("line {line}"),
+            None => format!("row {i}"),
+        }
+    }
+}
+
 /// Builds one Arrow column per schema column named in `rows` (missing keys
-/// become nulls). `skip` names a column supplied elsewhere; `label` names
-/// a row in errors.
+/// become nulls); `label` names a row in errors.
 pub(super) fn json_columns(
     rows: &[Map<String, Value>],
     schema: &Schema,
     label: RowLabel<'_>,
     path: &Path,
-    skip: Option<&str>,
 ) -> Result<Vec<(String, ArrayRef)>> {
     for (i, row) in rows.iter().enumerate() {
         for key in row.keys() {
-            if schema.columns.iter().all(|c| &c.name != key) || Some(key.as_str()) == skip {
+            if schema.columns.iter().all(|c| &c.name != key) {
                 return Err(Error::malformed(
                     path,
                     format!(
@@ -33,7 +51,7 @@ pub(super) fn json_columns(
     }
     let mut out = Vec::new();
     for col in &schema.columns {
-        if Some(col.name.as_str()) == skip || rows.iter().all(|r| !r.contains_key(&col.name)) {
+        if rows.iter().all(|r| !r.contains_key(&col.name)) {
             continue;
         }
         let bad = |i: usize, what: &str| {
@@ -136,9 +154,10 @@ impl JsonLines {
         })
     }
 
-    /// Up to `n` objects; blank lines are skipped.
-    pub(super) fn next_rows(&mut self, n: usize) -> Result<Vec<Map<String, Value>>> {
+    /// Up to `n` objects with their line numbers; blank lines are skipped.
+    pub(super) fn next_rows(&mut self, n: usize) -> Result<JsonRows> {
         let mut rows = Vec::new();
+        let mut lines = Vec::new();
         while rows.len() < n {
             let Some(line) = self.lines.next() else { break };
             self.line_no += 1;
@@ -149,7 +168,10 @@ impl JsonLines {
                 continue;
             }
             match serde_json::from_str::<Value>(&line) {
-                Ok(Value::Object(map)) => rows.push(map),
+                Ok(Value::Object(map)) => {
+                    rows.push(map);
+                    lines.push(self.line_no);
+                }
                 Ok(_) => {
                     return Err(Error::malformed(
                         &self.path,
@@ -164,6 +186,10 @@ impl JsonLines {
                 }
             }
         }
-        Ok(rows)
+        Ok(JsonRows {
+            path: self.path.clone(),
+            rows,
+            lines,
+        })
     }
 }

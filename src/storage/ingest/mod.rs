@@ -22,11 +22,14 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod guard;
 mod infer;
 mod json;
 mod vecs;
 
+use guard::guarded;
 pub use infer::infer_schema;
+pub use json::JsonRows;
 use json::{json_columns, JsonLines};
 use vecs::*;
 pub use vecs::{read_ivecs, read_vectors, write_fvecs, write_ivecs};
@@ -101,32 +104,26 @@ pub enum Chunk {
         /// Row-major vectors.
         data: Vec<f32>,
         /// Scalar columns per row, from `--meta`.
-        meta: Option<Vec<Map<String, Value>>>,
-        /// Row number of the first vector in the input.
-        first_row: u64,
+        meta: Option<JsonRows>,
     },
     /// JSON Lines rows.
-    Json {
-        /// Parsed rows.
-        rows: Vec<Map<String, Value>>,
-        /// Line number of the first row.
-        first_line: u64,
-    },
+    Json(JsonRows),
     /// A Parquet record batch.
     Arrow(RecordBatch),
 }
 
 impl Chunk {
-    /// The chunk as a record batch conformed to `schema`.
-    pub fn into_batch(self, schema: &Schema, path: &Path) -> Result<RecordBatch> {
+    /// The chunk as a record batch for `schema` (to be conformed on
+    /// append). Vectors must name a vector column of `schema`.
+    pub fn into_batch(self, schema: &Schema) -> Result<RecordBatch> {
         match self {
             Chunk::Vectors {
                 column,
                 dim,
                 data,
                 meta,
-                first_row,
             } => {
+                schema.vector_column(Some(&column))?;
                 let n = data.len() / dim;
                 let vectors: ArrayRef = Arc::new(FixedSizeListArray::try_new(
                     Arc::new(Field::new("item", DataType::Float32, false)),
@@ -134,22 +131,17 @@ impl Chunk {
                     Arc::new(Float32Array::from(data)),
                     None,
                 )?);
-                let mut fields = vec![(column.clone(), vectors)];
-                if let Some(rows) = meta {
-                    let meta_path = path.to_path_buf();
-                    let label = |i: usize| format!("line {}", first_row + i as u64 + 1);
-                    for (name, array) in
-                        json_columns(&rows, schema, &label, &meta_path, Some(&column))?
-                    {
-                        fields.push((name, array));
-                    }
+                let mut fields = vec![(column, vectors)];
+                if let Some(meta) = meta {
+                    let label = |i: usize| meta.label(i);
+                    fields.extend(json_columns(&meta.rows, schema, &label, &meta.path)?);
                 }
                 batch_from(fields, n)
             }
-            Chunk::Json { rows, first_line } => {
-                let n = rows.len();
-                let label = |i: usize| format!("line {}", first_line + i as u64 + 1);
-                batch_from(json_columns(&rows, schema, &label, path, None)?, n)
+            Chunk::Json(json) => {
+                let label = |i: usize| json.label(i);
+                let columns = json_columns(&json.rows, schema, &label, &json.path)?;
+                batch_from(columns, json.rows.len())
             }
             Chunk::Arrow(batch) => Ok(batch),
         }
@@ -169,7 +161,7 @@ pub fn json_rows_batch(
 ) -> Result<RecordBatch> {
     let label = |i: usize| format!("rows[{i}]");
     batch_from(
-        json_columns(rows, schema, &label, Path::new(source), None)?,
+        json_columns(rows, schema, &label, Path::new(source))?,
         rows.len(),
     )
 }
@@ -189,8 +181,8 @@ fn batch_from(fields: Vec<(String, ArrayRef)>, rows: usize) -> Result<RecordBatc
     )?)
 }
 
-/// Streams chunks from one input file (and its metadata file).
-/// Streams an input file as chunks of at most `chunk_rows` rows.
+/// Streams an input file (and its `--meta` file) as chunks of at most
+/// `chunk_rows` rows.
 pub struct ChunkReader {
     source: Source,
     chunk_rows: usize,
@@ -211,11 +203,24 @@ enum Source {
         dim: usize,
         rows_left: u64,
     },
+    /// `None` once the decoder panicked: its state is not to be trusted.
     Parquet(
-        parquet::arrow::arrow_reader::ParquetRecordBatchReader,
+        Option<parquet::arrow::arrow_reader::ParquetRecordBatchReader>,
         PathBuf,
     ),
     Jsonl(JsonLines),
+}
+
+impl Source {
+    /// The input file.
+    fn path(&self) -> &Path {
+        match self {
+            Source::Fvecs { path, .. } | Source::Npy { path, .. } | Source::Parquet(_, path) => {
+                path
+            }
+            Source::Jsonl(lines) => &lines.path,
+        }
+    }
 }
 
 /// A buffered reader that counts the bytes consumed (for progress and errors).
@@ -231,6 +236,17 @@ impl CountingReader {
             inner: BufReader::with_capacity(1 << 20, f),
             offset: 0,
         })
+    }
+
+    /// Appends up to `len` bytes to `buf`, growing it only as data arrives;
+    /// returns how many bytes were read before EOF.
+    fn read_up_to(&mut self, len: usize, buf: &mut Vec<u8>, path: &Path) -> Result<usize> {
+        let got = (&mut self.inner)
+            .take(len as u64)
+            .read_to_end(buf)
+            .map_err(|e| Error::io(path, e))?;
+        self.offset += got as u64;
+        Ok(got)
     }
 
     /// Fills `buf` completely; returns how many bytes were read before EOF.
@@ -275,13 +291,16 @@ impl ChunkReader {
             }
             Format::Parquet => {
                 let f = File::open(path).map_err(|e| Error::io(path, e))?;
-                let reader =
+                let reader = guarded(path, "opening", || {
+                    let malformed =
+                        |e: parquet::errors::ParquetError| Error::malformed(path, e.to_string());
                     parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-                        .map_err(|e| Error::malformed(path, e.to_string()))?
+                        .map_err(malformed)?
                         .with_batch_size(chunk_rows)
                         .build()
-                        .map_err(|e| Error::malformed(path, e.to_string()))?;
-                Source::Parquet(reader, path.to_path_buf())
+                        .map_err(malformed)
+                })?;
+                Source::Parquet(Some(reader), path.to_path_buf())
             }
             Format::Jsonl => Source::Jsonl(JsonLines::open(path)?),
         };
@@ -308,7 +327,6 @@ impl ChunkReader {
     }
 
     /// The next chunk, or `None` at the end of the input.
-    /// The next chunk, or `None` at the end of the input.
     pub fn next_chunk(&mut self) -> Result<Option<Chunk>> {
         let first_row = self.rows_read;
         let chunk_rows = self.chunk_rows;
@@ -326,9 +344,11 @@ impl ChunkReader {
                 if n == 0 {
                     None
                 } else {
-                    let mut bytes = vec![0u8; n * *dim * 4];
-                    let got = reader.read_full(&mut bytes, path)?;
-                    if got < bytes.len() {
+                    // Grown as data arrives: the header's shape is not trusted.
+                    let want = n.saturating_mul(*dim).saturating_mul(4);
+                    let mut bytes = Vec::new();
+                    let got = reader.read_up_to(want, &mut bytes, path)?;
+                    if got < want {
                         let row = first_row + (got / (*dim * 4)) as u64;
                         return Err(Error::malformed(
                             path.as_path(),
@@ -342,32 +362,40 @@ impl ChunkReader {
                     Some((*dim, bytes_to_f32(&bytes)))
                 }
             }
-            Source::Parquet(reader, path) => {
-                return match reader.next() {
-                    None => Ok(None),
-                    Some(Ok(batch)) => {
+            Source::Parquet(slot, path) => {
+                let Some(reader) = slot.as_mut() else {
+                    return Err(Error::malformed(
+                        path.as_path(),
+                        format!("after row {first_row}: not read further after a decoder failure"),
+                    ));
+                };
+                let at = format!("after row {first_row}");
+                let next = guarded(path, &at, || Ok(reader.next()));
+                return match next {
+                    Err(e) => {
+                        *slot = None;
+                        Err(e)
+                    }
+                    Ok(None) => Ok(None),
+                    Ok(Some(Ok(batch))) => {
                         self.rows_read += batch.num_rows() as u64;
                         Ok(Some(Chunk::Arrow(batch)))
                     }
-                    Some(Err(e)) => Err(Error::malformed(
-                        path.as_path(),
-                        format!("after row {first_row}: {e}"),
-                    )),
-                }
+                    Ok(Some(Err(e))) => Err(Error::malformed(path.as_path(), format!("{at}: {e}"))),
+                };
             }
             Source::Jsonl(lines) => {
-                let first_line = lines.line_no;
-                let rows = lines.next_rows(chunk_rows)?;
-                if rows.is_empty() {
+                let json = lines.next_rows(chunk_rows)?;
+                if json.rows.is_empty() {
                     return Ok(None);
                 }
-                self.rows_read += rows.len() as u64;
-                return Ok(Some(Chunk::Json { rows, first_line }));
+                self.rows_read += json.rows.len() as u64;
+                return Ok(Some(Chunk::Json(json)));
             }
         };
         let Some((dim, data)) = vectors else {
             if let Some(meta) = &mut self.meta {
-                if !meta.next_rows(1)?.is_empty() {
+                if !meta.next_rows(1)?.rows.is_empty() {
                     return Err(Error::malformed(
                         &meta.path,
                         format!("has more lines than the {} vectors", self.rows_read),
@@ -379,19 +407,19 @@ impl ChunkReader {
         let n = data.len() / dim;
         let meta = match &mut self.meta {
             Some(m) => {
-                let first_line = m.line_no;
-                let rows = m.next_rows(n)?;
-                if rows.len() < n {
+                let json = m.next_rows(n)?;
+                if json.rows.len() < n {
                     return Err(Error::malformed(
                         &m.path,
                         format!(
                             "has {} rows, fewer than the vectors (at least {})",
-                            first_line as usize + rows.len(),
-                            first_row as usize + n
+                            first_row + json.rows.len() as u64,
+                            first_row + n as u64
                         ),
                     ));
                 }
-                Some(rows)
+                meta_leaves_out(&json, &self.column, self.source.path())?;
+                Some(json)
             }
             None => None,
         };
@@ -401,7 +429,23 @@ impl ChunkReader {
             dim,
             data,
             meta,
-            first_row,
         }))
+    }
+}
+
+/// Fails when a `--meta` row sets the vector column, whose values come
+/// from the vectors file (`input`).
+fn meta_leaves_out(meta: &JsonRows, column: &str, input: &Path) -> Result<()> {
+    match meta.rows.iter().position(|row| row.contains_key(column)) {
+        None => Ok(()),
+        Some(i) => Err(Error::malformed(
+            &meta.path,
+            format!(
+                "{}: field '{column}' is the vector column, whose vectors come from {}; \
+                 --meta lines hold only scalar columns",
+                meta.label(i),
+                input.display()
+            ),
+        )),
     }
 }

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Largest vector dimension an input file may declare (a corrupt header
+/// must not size anything beyond it).
+const MAX_INPUT_DIM: usize = 1 << 20;
+
 pub(super) fn bytes_to_f32(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)
@@ -39,7 +43,7 @@ pub(super) fn read_fvecs_chunk(
             ));
         }
         let d = i32::from_le_bytes(head);
-        if d <= 0 || d > 1 << 20 {
+        if d <= 0 || d as usize > MAX_INPUT_DIM {
             return Err(Error::malformed(
                 path,
                 format!("record {row} at byte {at} has dimension {d}"),
@@ -156,7 +160,11 @@ pub(super) fn read_npy_header(reader: &mut CountingReader, path: &Path) -> Resul
         .collect::<std::result::Result<_, _>>()
         .map_err(|_| Error::malformed(path, format!("bad shape {shape}")))?;
     match dims.as_slice() {
-        [rows, dim] if *dim > 0 => Ok((*rows, *dim as usize)),
+        [_, dim] if *dim == 0 || *dim > MAX_INPUT_DIM as u64 => Err(Error::malformed(
+            path,
+            format!("shape {shape} has dimension {dim} (1 to {MAX_INPUT_DIM} supported)"),
+        )),
+        [rows, dim] => Ok((*rows, *dim as usize)),
         _ => Err(Error::malformed(
             path,
             format!("shape {shape} is not 2-D (rows, dim)"),
