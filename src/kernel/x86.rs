@@ -102,53 +102,49 @@ macro_rules! tile_rows {
     };
 }
 
+/// A register tile: `Q` query rows from `q` (`dim` floats each) against
+/// `B` blocks from `x`, written at `out` with row stride `stride`.
+type Tile<L> = unsafe fn(*const f32, usize, *const L, *mut f32, usize);
+
+/// Walks the grid of `nq` queries × `x.len() / dim` blocks in register
+/// tiles: blocks in spans (the widest of `spans` that is at most `widest`
+/// and fits), queries in rows of at most `max_rows`; `pick(rows, span)` is
+/// the tile for that shape.
+///
 /// # Safety
-/// The CPU must support AVX-512F; `q` holds `nq × dim` floats, `x` whole
-/// blocks of `dim` lanes, and `out` at least `nq × stride` floats.
-#[target_feature(enable = "avx512f")]
-pub unsafe fn dots_avx512(
+/// `q` holds `nq × dim` floats, `x` whole blocks of `dim` lanes and `out`
+/// at least `nq × stride` floats with `stride ≥ blocks × 16`; every tile
+/// `pick` returns computes exactly `rows` queries × `span` blocks and runs
+/// on this CPU.
+#[allow(clippy::too_many_arguments)]
+unsafe fn walk_tiles<L>(
     q: &[f32],
     nq: usize,
     dim: usize,
-    x: &[Lanes],
+    x: &[L],
     out: &mut [f32],
     stride: usize,
+    (max_rows, spans, widest): (usize, &[usize], usize),
+    pick: impl Fn(usize, usize) -> Tile<L>,
 ) {
-    const QT: usize = 8;
     let nblocks = x.len() / dim;
     let (qp, xp, op) = (q.as_ptr(), x.as_ptr(), out.as_mut_ptr());
-    // Few queries: wider tiles (up to 8 blocks for one query, 4 for
-    // two) so that enough independent FMA chains are in flight to hide
-    // the FMA latency.
-    let widest = match nq {
-        1 => 8,
-        2 => 4,
-        _ => 2,
-    };
     let mut b = 0;
     while b < nblocks {
         let left = nblocks - b;
-        let span = [8, 4, 2, 1]
-            .into_iter()
+        let span = spans
+            .iter()
+            .copied()
             .find(|&s| s <= widest && s <= left)
             .unwrap_or(1);
         let mut i = 0;
         while i < nq {
-            let rows = (nq - i).min(QT);
-            let f: unsafe fn(*const f32, usize, *const Lanes, *mut f32, usize) = match (rows, span)
-            {
-                (1, 8) => tile512::<1, 8>,
-                (1, 4) => tile512::<1, 4>,
-                (2, 4) => tile512::<2, 4>,
-                (_, 1) => tile_rows!(tile512, rows, 1),
-                _ => tile_rows!(tile512, rows, 2),
-            };
-            // SAFETY: rows `i..i + rows` < nq, blocks `b..b + span` <=
-            // nblocks, and `out` holds nq × stride floats (this
-            // function's contract), so every pointer the tile touches is
-            // in bounds; AVX-512F is enabled here.
+            let rows = (nq - i).min(max_rows);
+            // SAFETY: rows `i..i + rows` < nq and blocks `b..b + span` <=
+            // nblocks, so with this function's contract every pointer the
+            // tile touches is in bounds, and the tile runs on this CPU.
             unsafe {
-                f(
+                pick(rows, span)(
                     qp.add(i * dim),
                     dim,
                     xp.add(b * dim),
@@ -163,6 +159,48 @@ pub unsafe fn dots_avx512(
 }
 
 /// # Safety
+/// The CPU must support AVX-512F; `q` holds `nq × dim` floats, `x` whole
+/// blocks of `dim` lanes, and `out` at least `nq × stride` floats.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn dots_avx512(
+    q: &[f32],
+    nq: usize,
+    dim: usize,
+    x: &[Lanes],
+    out: &mut [f32],
+    stride: usize,
+) {
+    // Few queries: wider tiles (up to 8 blocks for one query, 4 for two)
+    // so that enough independent FMA chains are in flight to hide the FMA
+    // latency.
+    let widest = match nq {
+        1 => 8,
+        2 => 4,
+        _ => 2,
+    };
+    // SAFETY: this function's contract; every tile is AVX-512F, enabled
+    // here, and computes the shape it is picked for.
+    unsafe {
+        walk_tiles(
+            q,
+            nq,
+            dim,
+            x,
+            out,
+            stride,
+            (8, &[8, 4, 2, 1], widest),
+            |rows, span| match (rows, span) {
+                (1, 8) => tile512::<1, 8>,
+                (1, 4) => tile512::<1, 4>,
+                (2, 4) => tile512::<2, 4>,
+                (_, 1) => tile_rows!(tile512, rows, 1),
+                _ => tile_rows!(tile512, rows, 2),
+            },
+        )
+    }
+}
+
+/// # Safety
 /// The CPU must support AVX2 and FMA; bounds as for [`dots_avx512`].
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dots_avx2(
@@ -173,33 +211,24 @@ pub unsafe fn dots_avx2(
     out: &mut [f32],
     stride: usize,
 ) {
-    const QT: usize = 4;
-    let nblocks = x.len() / dim;
-    let (qp, xp, op) = (q.as_ptr(), x.as_ptr(), out.as_mut_ptr());
-    for b in 0..nblocks {
-        let mut i = 0;
-        while i < nq {
-            let rows = (nq - i).min(QT);
-            let f = match rows {
+    // SAFETY: this function's contract; the tiles are AVX2 + FMA, enabled
+    // here, one block and `rows` queries each.
+    unsafe {
+        walk_tiles(
+            q,
+            nq,
+            dim,
+            x,
+            out,
+            stride,
+            (4, &[1], 1),
+            |rows, _| match rows {
                 1 => tile256::<1>,
                 2 => tile256::<2>,
                 3 => tile256::<3>,
                 _ => tile256::<4>,
-            };
-            // SAFETY: rows `i..i + rows` < nq, block `b` < nblocks, and
-            // `out` holds nq × stride floats (this function's contract);
-            // AVX2 and FMA are enabled here.
-            unsafe {
-                f(
-                    qp.add(i * dim),
-                    dim,
-                    xp.add(b * dim),
-                    op.add(i * stride + b * BLOCK),
-                    stride,
-                )
-            };
-            i += rows;
-        }
+            },
+        )
     }
 }
 
@@ -285,47 +314,26 @@ pub unsafe fn code_dots_avx512(
     out: &mut [f32],
     stride: usize,
 ) {
-    const QT: usize = 8;
-    let nblocks = x.len() / dim;
-    let (qp, xp, op) = (q.as_ptr(), x.as_ptr(), out.as_mut_ptr());
-    // As in `dots_avx512`: few queries get wider tiles; otherwise two
-    // blocks, so each widened code register serves up to 8 queries and
-    // each query broadcast two blocks.
-    let widest = match nq {
-        1 => 4,
-        _ => 2,
-    };
-    let mut b = 0;
-    while b < nblocks {
-        let left = nblocks - b;
-        let span = [4, 2, 1]
-            .into_iter()
-            .find(|&s| s <= widest && s <= left)
-            .unwrap_or(1);
-        let mut i = 0;
-        while i < nq {
-            let rows = (nq - i).min(QT);
-            let f: unsafe fn(*const f32, usize, *const CodeLanes, *mut f32, usize) =
-                match (rows, span) {
-                    (1, 4) => code_tile512::<1, 4>,
-                    (_, 1) => tile_rows!(code_tile512, rows, 1),
-                    _ => tile_rows!(code_tile512, rows, 2),
-                };
-            // SAFETY: rows `i..i + rows` < nq, blocks `b..b + span` <=
-            // nblocks (span 4 only with one query), and `out` holds
-            // nq × stride floats; AVX-512F is enabled here.
-            unsafe {
-                f(
-                    qp.add(i * dim),
-                    dim,
-                    xp.add(b * dim),
-                    op.add(i * stride + b * BLOCK),
-                    stride,
-                )
-            };
-            i += rows;
-        }
-        b += span;
+    // As in `dots_avx512`: one query gets wider tiles; otherwise two
+    // blocks, so each widened code register serves up to 8 queries.
+    let widest = if nq == 1 { 4 } else { 2 };
+    // SAFETY: this function's contract; every tile is AVX-512F, enabled
+    // here, and computes the shape it is picked for.
+    unsafe {
+        walk_tiles(
+            q,
+            nq,
+            dim,
+            x,
+            out,
+            stride,
+            (8, &[4, 2, 1], widest),
+            |rows, span| match (rows, span) {
+                (1, 4) => code_tile512::<1, 4>,
+                (_, 1) => tile_rows!(code_tile512, rows, 1),
+                _ => tile_rows!(code_tile512, rows, 2),
+            },
+        )
     }
 }
 
@@ -340,31 +348,22 @@ pub unsafe fn code_dots_avx2(
     out: &mut [f32],
     stride: usize,
 ) {
-    const QT: usize = 4;
-    let nblocks = x.len() / dim;
-    let (qp, xp, op) = (q.as_ptr(), x.as_ptr(), out.as_mut_ptr());
-    for b in 0..nblocks {
-        let mut i = 0;
-        while i < nq {
-            let rows = (nq - i).min(QT);
-            let f = match rows {
+    // SAFETY: as in `dots_avx2`.
+    unsafe {
+        walk_tiles(
+            q,
+            nq,
+            dim,
+            x,
+            out,
+            stride,
+            (4, &[1], 1),
+            |rows, _| match rows {
                 1 => code_tile256::<1>,
                 2 => code_tile256::<2>,
                 3 => code_tile256::<3>,
                 _ => code_tile256::<4>,
-            };
-            // SAFETY: rows `i..i + rows` < nq, block `b` < nblocks, and
-            // `out` holds nq × stride floats; AVX2 and FMA are enabled.
-            unsafe {
-                f(
-                    qp.add(i * dim),
-                    dim,
-                    xp.add(b * dim),
-                    op.add(i * stride + b * BLOCK),
-                    stride,
-                )
-            };
-            i += rows;
-        }
+            },
+        )
     }
 }
