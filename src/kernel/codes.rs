@@ -116,6 +116,7 @@ pub fn dot_code_blocks(kernel: Kernel, queries: &[f32], xs: &CodeBlocks, out: &m
     let nq = queries.len() / dim;
     let stride = xs.block_count() * BLOCK;
     assert!(out.len() >= nq * stride);
+    assert_eq!(xs.blocks.len(), xs.block_count() * dim);
     if nq >= WIDEN_FROM_QUERIES {
         WIDENED.with(|scratch| {
             let mut lanes = scratch.borrow_mut();
@@ -129,8 +130,9 @@ pub fn dot_code_blocks(kernel: Kernel, queries: &[f32], xs: &CodeBlocks, out: &m
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512 => {
             assert!(std::arch::is_x86_feature_detected!("avx512f"));
-            // SAFETY: AVX-512F is supported (checked above); the slices
-            // were checked against nq, dim and stride.
+            // SAFETY: AVX-512F is supported (checked above); the query,
+            // block and output lengths were checked against nq, dim and
+            // stride just above.
             unsafe { super::x86::code_dots_avx512(queries, nq, dim, &xs.blocks, out, stride) }
         }
         #[cfg(target_arch = "x86_64")]

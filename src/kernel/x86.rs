@@ -140,7 +140,7 @@ unsafe fn walk_tiles<L>(
         let mut i = 0;
         while i < nq {
             let rows = (nq - i).min(max_rows);
-            // SAFETY: rows `i..i + rows` < nq and blocks `b..b + span` <=
+            // SAFETY: rows `i..i + rows` <= nq and blocks `b..b + span` <=
             // nblocks, so with this function's contract every pointer the
             // tile touches is in bounds, and the tile runs on this CPU.
             unsafe {
@@ -160,7 +160,8 @@ unsafe fn walk_tiles<L>(
 
 /// # Safety
 /// The CPU must support AVX-512F; `q` holds `nq × dim` floats, `x` whole
-/// blocks of `dim` lanes, and `out` at least `nq × stride` floats.
+/// blocks of `dim` lanes, `stride ≥ blocks × 16`, and `out` at least
+/// `nq × stride` floats.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn dots_avx512(
     q: &[f32],
@@ -194,7 +195,8 @@ pub unsafe fn dots_avx512(
                 (1, 4) => tile512::<1, 4>,
                 (2, 4) => tile512::<2, 4>,
                 (_, 1) => tile_rows!(tile512, rows, 1),
-                _ => tile_rows!(tile512, rows, 2),
+                (_, 2) => tile_rows!(tile512, rows, 2),
+                _ => unreachable!("no {rows} x {span} tile (widest {widest})"),
             },
         )
     }
@@ -304,7 +306,8 @@ unsafe fn code_tile256<const Q: usize>(
 
 /// # Safety
 /// The CPU must support AVX-512F; `q` holds `nq × dim` floats, `x` whole
-/// blocks of `dim` code lanes, and `out` at least `nq × stride` floats.
+/// blocks of `dim` code lanes, `stride ≥ blocks × 16`, and `out` at least
+/// `nq × stride` floats.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn code_dots_avx512(
     q: &[f32],
@@ -331,7 +334,8 @@ pub unsafe fn code_dots_avx512(
             |rows, span| match (rows, span) {
                 (1, 4) => code_tile512::<1, 4>,
                 (_, 1) => tile_rows!(code_tile512, rows, 1),
-                _ => tile_rows!(code_tile512, rows, 2),
+                (_, 2) => tile_rows!(code_tile512, rows, 2),
+                _ => unreachable!("no {rows} x {span} code tile (widest {widest})"),
             },
         )
     }

@@ -14,7 +14,8 @@
 //! Size never becomes stack depth: the boolean layer (AND, OR, NOT,
 //! parentheses) is parsed by a loop of ours that keeps a chain's operands in
 //! a list until it is complete, and sqlparser parses each predicate in
-//! between, whose runs of operators are bounded first; so no parse, even
+//! between, whose runs of operators are bounded first (and `CASE … END`,
+//! `[ ]` and `{ }`, which nest without parentheses, are refused); so no parse, even
 //! one failing after 100,000 terms, builds or drops a deep tree. A chain
 //! `a AND b AND …` (left-deep, as sqlparser builds it) is walked with a loop
 //! into one n-ary node, rendered and torn down without recursion, so a
@@ -396,6 +397,24 @@ fn bound_operator_runs(tokens: &[TokenWithSpan]) -> Result<()> {
             Token::Word(w) if w.quote_style.is_none() => w.keyword,
             _ => Keyword::NoKeyword,
         };
+        // Syntax in which sqlparser parses whole expressions without a
+        // parenthesis (CASE … END, [ ], { }) would escape the bound on
+        // boolean chains below, and a filter has no use for it.
+        let unsupported = matches!(
+            t.token,
+            Token::LBracket | Token::RBracket | Token::LBrace | Token::RBrace
+        ) || matches!(
+            keyword,
+            Keyword::CASE | Keyword::WHEN | Keyword::THEN | Keyword::ELSE | Keyword::END
+        );
+        if unsupported {
+            let at = t.span.start;
+            return Err(filter_err(format!(
+                "'{}' is not supported in a filter (Line: {}, Column: {}); a filter compares \
+                 columns with literals, joined by AND, OR and NOT",
+                t.token, at.line, at.column
+            )));
+        }
         let counts = match &t.token {
             Token::RParen => false,
             Token::Comma => {
@@ -1161,6 +1180,16 @@ mod tests {
                 ),
                 (format!("len < 3 AND {betweens}"), "more than 64 operators"),
                 (format!("({and}) = 1"), "unexpected '='"),
+                (
+                    format!("CASE WHEN {and} THEN 1 END = 1"),
+                    "'CASE' is not supported in a filter",
+                ),
+                (format!("len IN [{and}]"), "'[' is not supported"),
+                (format!("len = {{'a': {and}}}"), "'{' is not supported"),
+                (
+                    format!("len = 1 AND CASE WHEN {or}"),
+                    "'CASE' is not supported",
+                ),
             ] {
                 let message = Filter::parse(&sql, &schema()).unwrap_err().to_string();
                 assert!(message.contains(needle), "{message}");

@@ -161,6 +161,15 @@ pub fn read_manifest(root: &Path, version: u64) -> Result<Manifest> {
             ),
         ));
     }
+    let has_checksums = manifest.crc32.is_some()
+        || manifest
+            .fragments
+            .iter()
+            .any(|f| f.checksum.is_some() || f.deletion_checksum.is_some());
+    if manifest.format == 1 && has_checksums {
+        // A format number that lost its checks is damage, not an old file.
+        return Err(Error::corrupt(&path, "format 1 manifest carries checksums"));
+    }
     if manifest.format >= 2 {
         match manifest.crc32 {
             Some(recorded) if recorded == manifest_crc32(&manifest)? => {}

@@ -209,9 +209,13 @@ fn damage_every_file(kind: IndexKind) {
     let seg_dir = seg.parent().unwrap().to_path_buf();
     let partitions = seg_dir.join("partitions.bin");
     let original = std::fs::read(&partitions).unwrap();
-    // Header fields of the first record: rows, kind, dim, code length,
-    // body length, body CRC (byte offsets 12..40), each off by one.
+    // Header fields of the first record: partition, rows, kind, dim, code
+    // length, body length, body CRC (byte offsets 8..40), each off by one —
+    // once as a flipped byte (the header's own CRC catches it) and once with
+    // the header CRC rewritten to match, so that the field checks against
+    // the segment must catch it themselves.
     for (field, at) in [
+        ("partition", 8),
         ("rows", 12),
         ("kind", 16),
         ("dim", 20),
@@ -219,21 +223,24 @@ fn damage_every_file(kind: IndexKind) {
         ("body length", 28),
         ("crc", 36),
     ] {
-        let mut b = original.clone();
-        b[at] = b[at].wrapping_add(1);
-        std::fs::write(&partitions, &b).unwrap();
-        let what = format!("{} partition header {field} + 1", kind.name());
-        assert!(
-            check(
-                root,
-                &queries,
-                &reference,
-                &[partitions.as_path()],
-                true,
-                &what
-            ),
-            "{what}: unnoticed"
-        );
+        for resigned in [false, true] {
+            let mut b = original.clone();
+            b[at] = b[at].wrapping_add(1);
+            if resigned {
+                let crc = crc32fast::hash(&b[..40]);
+                b[40..44].copy_from_slice(&crc.to_le_bytes());
+            }
+            std::fs::write(&partitions, &b).unwrap();
+            let what = format!(
+                "{} partition header {field} + 1 (header CRC rewritten: {resigned})",
+                kind.name()
+            );
+            let allowed = [partitions.as_path()];
+            assert!(
+                check(root, &queries, &reference, &allowed, true, &what),
+                "{what}: unnoticed"
+            );
+        }
     }
     std::fs::write(&partitions, &original).unwrap();
     let json_path = seg_dir.join("segment.json");
@@ -261,6 +268,11 @@ fn damage_every_file(kind: IndexKind) {
 #[test]
 fn damaged_files_of_a_flat_index_dataset_are_corrupt_or_harmless() {
     damage_every_file(IndexKind::IvfFlat);
+}
+
+#[test]
+fn damaged_files_of_an_sq_index_dataset_are_corrupt_or_harmless() {
+    damage_every_file(IndexKind::IvfSq);
 }
 
 #[test]

@@ -233,6 +233,10 @@ fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
     let legacy = |mut j: serde_json::Value| {
         j["format"] = 1.into();
         j.as_object_mut().unwrap().remove("crc32");
+        for f in j["fragments"].as_array_mut().unwrap() {
+            f.as_object_mut().unwrap().remove("checksum");
+            f.as_object_mut().unwrap().remove("deletion_checksum");
+        }
         j
     };
     let edited = |field: &str, value: serde_json::Value| {
@@ -265,6 +269,16 @@ fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
     std::fs::write(&path, serde_json::to_string_pretty(&huge).unwrap()).unwrap();
     let err = Dataset::open(dir.path()).unwrap_err();
     assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
+    // A format number turned back to 1 while the checksums remain: damage.
+    let mut downgraded = json.clone();
+    downgraded["format"] = 1.into();
+    std::fs::write(&path, serde_json::to_string_pretty(&downgraded).unwrap()).unwrap();
+    let err = Dataset::open(dir.path()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("format 1 manifest carries checksums"),
+        "{err}"
+    );
     // The same edit in the format 2 manifest as written: its checksum.
     let mut signed_lie = json.clone();
     signed_lie["fragments"][0]["deleted_rows"] = (rows + 1).into();
