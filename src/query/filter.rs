@@ -576,6 +576,13 @@ impl BooleanLayer<'_> {
 /// found with a loop (the parser builds `a AND b AND c` left-deep);
 /// parenthesised sub-chains of the same operator join the chain.
 fn chain<'a>(expr: &'a Expr, op: &BinaryOperator) -> Vec<&'a Expr> {
+    operands(expr, op, true)
+}
+
+/// The operands of the chain of `op` rooted at `expr`, left to right, by a
+/// loop; with `through_groups`, a parenthesised sub-chain of the same
+/// operator is walked into rather than kept as one operand.
+fn operands<'a>(expr: &'a Expr, op: &BinaryOperator, through_groups: bool) -> Vec<&'a Expr> {
     let mut operands = Vec::new();
     let mut pending = vec![expr];
     while let Some(e) = pending.pop() {
@@ -588,7 +595,9 @@ fn chain<'a>(expr: &'a Expr, op: &BinaryOperator) -> Vec<&'a Expr> {
                 pending.push(right);
                 pending.push(left);
             }
-            Expr::Nested(inner) if matches!(&**inner, Expr::BinaryOp { op: this, .. } if this == op) =>
+            Expr::Nested(inner)
+                if through_groups
+                    && matches!(&**inner, Expr::BinaryOp { op: this, .. } if this == op) =>
             {
                 pending.push(inner);
             }
@@ -600,31 +609,15 @@ fn chain<'a>(expr: &'a Expr, op: &BinaryOperator) -> Vec<&'a Expr> {
 
 /// The filter's normal form: sqlparser's rendering, with chains of one
 /// operator rendered by a loop (sqlparser's `Display` recurses once per
-/// term).
+/// term). Parentheses are kept as written.
 fn render(expr: &Expr) -> String {
     match expr {
         Expr::BinaryOp { op, .. } if matches!(op, BinaryOperator::And | BinaryOperator::Or) => {
-            let mut out = String::new();
-            let mut pending = vec![expr];
-            while let Some(e) = pending.pop() {
-                match e {
-                    Expr::BinaryOp {
-                        left,
-                        op: this,
-                        right,
-                    } if this == op => {
-                        pending.push(right);
-                        pending.push(left);
-                    }
-                    other => {
-                        if !out.is_empty() {
-                            out.push_str(&format!(" {op} "));
-                        }
-                        out.push_str(&render(other));
-                    }
-                }
-            }
-            out
+            operands(expr, op, false)
+                .into_iter()
+                .map(render)
+                .collect::<Vec<_>>()
+                .join(&format!(" {op} "))
         }
         Expr::Nested(inner) => format!("({})", render(inner)),
         Expr::UnaryOp {
