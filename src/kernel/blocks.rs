@@ -12,6 +12,21 @@ pub const BLOCK: usize = 16;
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Lanes(pub [f32; BLOCK]);
+
+/// What one dimension of a 16-row block holds, as the kernels read it:
+/// float32 vectors ([`Lanes`]) or 8-bit codes
+/// ([`CodeLanes`](super::codes::CodeLanes)), each lane exactly a float32.
+pub trait BlockLanes: Copy {
+    /// The 16 lanes as float32.
+    fn values(&self) -> [f32; BLOCK];
+}
+
+impl BlockLanes for Lanes {
+    #[inline]
+    fn values(&self) -> [f32; BLOCK] {
+        self.0
+    }
+}
 /// ‖x‖² of the 16 vectors of one block (`dim` lanes), each as the FMA chain
 /// of [`fma_dot`] — vectorised across the block's vectors.
 fn block_norms(block: &[Lanes]) -> [f32; BLOCK] {

@@ -17,13 +17,20 @@
 //! reused by enough queries (compute-bound, the in-register widening is
 //! extra work per tile; memory-bound, the 8-bit read wins).
 
-use super::blocks::{Lanes, BLOCK};
+use super::blocks::{BlockLanes, Lanes, BLOCK};
 use super::{fma_dot, Kernel};
 
 /// One dimension of one block of codes: 16 rows' bytes.
 #[repr(C, align(16))]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CodeLanes(pub [u8; BLOCK]);
+
+impl BlockLanes for CodeLanes {
+    #[inline]
+    fn values(&self) -> [f32; BLOCK] {
+        self.0.map(f32::from)
+    }
+}
 
 /// Rows of `dim` 8-bit codes, block-transposed (16 rows per block, one
 /// [`CodeLanes`] per dimension), with the squared norms of the vectors they
@@ -121,55 +128,12 @@ pub fn dot_code_blocks(kernel: Kernel, queries: &[f32], xs: &CodeBlocks, out: &m
         WIDENED.with(|scratch| {
             let mut lanes = scratch.borrow_mut();
             lanes.clear();
-            lanes.extend(xs.blocks.iter().map(|c| Lanes(c.0.map(f32::from))));
+            lanes.extend(xs.blocks.iter().map(|c| Lanes(c.values())));
             super::dot_lanes(kernel, queries, nq, dim, &lanes, out, stride);
         });
         return;
     }
-    match kernel {
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => {
-            assert!(std::arch::is_x86_feature_detected!("avx512f"));
-            // SAFETY: AVX-512F is supported (checked above); the query,
-            // block and output lengths were checked against nq, dim and
-            // stride just above.
-            unsafe { super::x86::code_dots_avx512(queries, nq, dim, &xs.blocks, out, stride) }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => {
-            assert!(
-                std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-            );
-            // SAFETY: as above, for AVX2 + FMA.
-            unsafe { super::x86::code_dots_avx2(queries, nq, dim, &xs.blocks, out, stride) }
-        }
-        _ => code_dots_scalar(queries, nq, dim, &xs.blocks, out, stride),
-    }
-}
-
-/// The portable chain: `f32::mul_add` per (query, row, dimension).
-fn code_dots_scalar(
-    q: &[f32],
-    nq: usize,
-    dim: usize,
-    x: &[CodeLanes],
-    out: &mut [f32],
-    stride: usize,
-) {
-    let nblocks = x.len() / dim;
-    for i in 0..nq {
-        let qrow = &q[i * dim..(i + 1) * dim];
-        for b in 0..nblocks {
-            let mut acc = [0.0f32; BLOCK];
-            for (j, qj) in qrow.iter().enumerate() {
-                for (a, c) in acc.iter_mut().zip(x[b * dim + j].0) {
-                    *a = qj.mul_add(f32::from(c), *a);
-                }
-            }
-            out[i * stride + b * BLOCK..i * stride + (b + 1) * BLOCK].copy_from_slice(&acc);
-        }
-    }
+    super::dot_lanes(kernel, queries, nq, dim, &xs.blocks, out, stride);
 }
 
 /// The reference for one (query, row) pair: [`fma_dot`] of the query with

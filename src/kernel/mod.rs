@@ -22,7 +22,7 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use blocks::{Lanes, PreparedQueries, VectorBlocks, BLOCK};
+pub use blocks::{BlockLanes, Lanes, PreparedQueries, VectorBlocks, BLOCK};
 pub use codes::{dot_code_blocks, CodeBlocks};
 pub use metric::Metric;
 
@@ -147,14 +147,24 @@ pub fn dot_blocks(
     );
 }
 
-/// The float kernel over raw block lanes (`x` whole blocks of `dim` lanes;
-/// `queries` `nq × dim`; `out` at least `nq × stride`, checked by callers).
-fn dot_lanes(
+/// The lanes a kernel reads, on this architecture: float32 or 8-bit codes.
+#[cfg(target_arch = "x86_64")]
+trait KernelLanes: BlockLanes + x86::X86Lanes {}
+#[cfg(target_arch = "x86_64")]
+impl<L: BlockLanes + x86::X86Lanes> KernelLanes for L {}
+#[cfg(not(target_arch = "x86_64"))]
+trait KernelLanes: BlockLanes {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<L: BlockLanes> KernelLanes for L {}
+
+/// The kernel over raw block lanes (`x` whole blocks of `dim` lanes;
+/// `queries` `nq × dim`; `out` at least `nq × stride`, checked here).
+fn dot_lanes<L: KernelLanes>(
     kernel: Kernel,
     queries: &[f32],
     nq: usize,
     dim: usize,
-    x: &[Lanes],
+    x: &[L],
     out: &mut [f32],
     stride: usize,
 ) {

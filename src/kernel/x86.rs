@@ -1,30 +1,93 @@
 //! The AVX-512 and AVX2 + FMA register tiles of the dot kernel (x86_64).
 //! Each (query, vector) pair is one FMA chain over the dimensions in one
-//! SIMD lane; see the module doc of `kernel`.
+//! SIMD lane; see the module doc of `kernel`. The tiles are generic over
+//! what a block's lanes hold ([`X86Lanes`]): float32 vectors, or 8-bit
+//! codes widened to float32 as they are loaded; nothing else differs.
 
 use super::blocks::{Lanes, BLOCK};
 use super::codes::CodeLanes;
 use std::arch::x86_64::*;
 
-/// One register tile: `Q` queries × `B` blocks of 16 vectors.
+/// One dimension of a 16-row block as the x86 tiles load it: 16 float32
+/// values in one AVX-512 register or two AVX2 registers (exactly the
+/// lanes' values; codes are widened, which is exact).
+pub trait X86Lanes: Sized {
+    /// Widest block span a one-query tile uses (two-query tiles use half):
+    /// widened codes take registers of their own, so they get less.
+    const WIDEST_SPAN: usize;
+
+    /// # Safety
+    /// `p` points at one `Self`; the CPU supports AVX-512F.
+    unsafe fn load512(p: *const Self) -> __m512;
+
+    /// # Safety
+    /// `p` points at one `Self`; the CPU supports AVX2.
+    unsafe fn load256(p: *const Self) -> [__m256; 2];
+}
+
+impl X86Lanes for Lanes {
+    const WIDEST_SPAN: usize = 8;
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load512(p: *const Self) -> __m512 {
+        // SAFETY: `Lanes` is 64-byte aligned and holds 16 floats (caller:
+        // `p` points at one).
+        unsafe { _mm512_load_ps(p as *const f32) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load256(p: *const Self) -> [__m256; 2] {
+        let p = p as *const f32;
+        // SAFETY: as above; both halves are 32-byte aligned.
+        unsafe { [_mm256_load_ps(p), _mm256_load_ps(p.add(8))] }
+    }
+}
+
+impl X86Lanes for CodeLanes {
+    const WIDEST_SPAN: usize = 4;
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load512(p: *const Self) -> __m512 {
+        // SAFETY: `CodeLanes` is 16-byte aligned and holds 16 bytes
+        // (caller: `p` points at one).
+        unsafe { _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(p as *const __m128i))) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load256(p: *const Self) -> [__m256; 2] {
+        let p = p as *const u8;
+        // SAFETY: as above; each half reads 8 of the 16 bytes.
+        unsafe {
+            let lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+            let hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i));
+            [_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi)]
+        }
+    }
+}
+
+/// One register tile: `Q` queries × `B` blocks of 16 rows.
 #[target_feature(enable = "avx512f")]
-unsafe fn tile512<const Q: usize, const B: usize>(
+unsafe fn tile512<L: X86Lanes, const Q: usize, const B: usize>(
     q: *const f32,
     dim: usize,
-    x: *const Lanes,
+    x: *const L,
     out: *mut f32,
     stride: usize,
 ) {
     // SAFETY: the caller (`dots_avx512`) passes pointers to `Q` query
-    // rows of `dim` floats, `B` whole 64-byte-aligned blocks of `dim`
-    // lanes, and an output with room for `Q` rows of `stride` floats,
-    // `B * 16` of them from `out`; AVX-512F is enabled on this function.
+    // rows of `dim` floats, `B` whole aligned blocks of `dim` lanes, and
+    // an output with room for `Q` rows of `stride` floats, `B * 16` of
+    // them from `out`; AVX-512F is enabled on this function.
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); B]; Q];
         for j in 0..dim {
             let mut xv = [_mm512_setzero_ps(); B];
             for (b, v) in xv.iter_mut().enumerate() {
-                *v = _mm512_load_ps(x.add(b * dim + j) as *const f32);
+                *v = L::load512(x.add(b * dim + j));
             }
             for (i, row) in acc.iter_mut().enumerate() {
                 let qv = _mm512_set1_ps(*q.add(i * dim + j));
@@ -43,22 +106,21 @@ unsafe fn tile512<const Q: usize, const B: usize>(
 
 /// One register tile for AVX2: `Q` queries × one block (two 8-lane halves).
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile256<const Q: usize>(
+unsafe fn tile256<L: X86Lanes, const Q: usize>(
     q: *const f32,
     dim: usize,
-    x: *const Lanes,
+    x: *const L,
     out: *mut f32,
     stride: usize,
 ) {
     // SAFETY: the caller (`dots_avx2`) passes pointers to `Q` query rows
-    // of `dim` floats, one whole 64-byte-aligned block of `dim` lanes and
-    // an output with room for `Q` rows of `stride` floats, 16 of them
-    // from `out`; AVX2 and FMA are enabled on this function.
+    // of `dim` floats, one whole aligned block of `dim` lanes and an
+    // output with room for `Q` rows of `stride` floats, 16 of them from
+    // `out`; AVX2 and FMA are enabled on this function.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; Q];
         for j in 0..dim {
-            let p = x.add(j) as *const f32;
-            let xv = [_mm256_load_ps(p), _mm256_load_ps(p.add(8))];
+            let xv = L::load256(x.add(j));
             for (i, row) in acc.iter_mut().enumerate() {
                 let qv = _mm256_set1_ps(*q.add(i * dim + j));
                 row[0] = _mm256_fmadd_ps(qv, xv[0], row[0]);
@@ -88,16 +150,16 @@ pub unsafe fn block_norms_avx512(block: &[Lanes]) -> [f32; BLOCK] {
 }
 
 macro_rules! tile_rows {
-    ($f:ident, $rem:expr, $($args:tt)*) => {
+    ($f:ident, $l:ty, $rem:expr, $($args:tt)*) => {
         match $rem {
-            1 => $f::<1, $($args)*>,
-            2 => $f::<2, $($args)*>,
-            3 => $f::<3, $($args)*>,
-            4 => $f::<4, $($args)*>,
-            5 => $f::<5, $($args)*>,
-            6 => $f::<6, $($args)*>,
-            7 => $f::<7, $($args)*>,
-            _ => $f::<8, $($args)*>,
+            1 => $f::<$l, 1, $($args)*>,
+            2 => $f::<$l, 2, $($args)*>,
+            3 => $f::<$l, 3, $($args)*>,
+            4 => $f::<$l, 4, $($args)*>,
+            5 => $f::<$l, 5, $($args)*>,
+            6 => $f::<$l, 6, $($args)*>,
+            7 => $f::<$l, 7, $($args)*>,
+            _ => $f::<$l, 8, $($args)*>,
         }
     };
 }
@@ -163,20 +225,20 @@ unsafe fn walk_tiles<L>(
 /// blocks of `dim` lanes, `stride ≥ blocks × 16`, and `out` at least
 /// `nq × stride` floats.
 #[target_feature(enable = "avx512f")]
-pub unsafe fn dots_avx512(
+pub unsafe fn dots_avx512<L: X86Lanes>(
     q: &[f32],
     nq: usize,
     dim: usize,
-    x: &[Lanes],
+    x: &[L],
     out: &mut [f32],
     stride: usize,
 ) {
-    // Few queries: wider tiles (up to 8 blocks for one query, 4 for two)
-    // so that enough independent FMA chains are in flight to hide the FMA
-    // latency.
+    // Few queries: wider tiles (up to `WIDEST_SPAN` blocks for one query,
+    // half that for two) so that enough independent FMA chains are in
+    // flight to hide the FMA latency.
     let widest = match nq {
-        1 => 8,
-        2 => 4,
+        1 => L::WIDEST_SPAN,
+        2 => L::WIDEST_SPAN / 2,
         _ => 2,
     };
     // SAFETY: this function's contract; every tile is AVX-512F, enabled
@@ -191,11 +253,11 @@ pub unsafe fn dots_avx512(
             stride,
             (8, &[8, 4, 2, 1], widest),
             |rows, span| match (rows, span) {
-                (1, 8) => tile512::<1, 8>,
-                (1, 4) => tile512::<1, 4>,
-                (2, 4) => tile512::<2, 4>,
-                (_, 1) => tile_rows!(tile512, rows, 1),
-                (_, 2) => tile_rows!(tile512, rows, 2),
+                (1, 8) => tile512::<L, 1, 8>,
+                (1, 4) => tile512::<L, 1, 4>,
+                (2, 4) => tile512::<L, 2, 4>,
+                (_, 1) => tile_rows!(tile512, L, rows, 1),
+                (_, 2) => tile_rows!(tile512, L, rows, 2),
                 _ => unreachable!("no {rows} x {span} tile (widest {widest})"),
             },
         )
@@ -205,11 +267,11 @@ pub unsafe fn dots_avx512(
 /// # Safety
 /// The CPU must support AVX2 and FMA; bounds as for [`dots_avx512`].
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn dots_avx2(
+pub unsafe fn dots_avx2<L: X86Lanes>(
     q: &[f32],
     nq: usize,
     dim: usize,
-    x: &[Lanes],
+    x: &[L],
     out: &mut [f32],
     stride: usize,
 ) {
@@ -225,148 +287,10 @@ pub unsafe fn dots_avx2(
             stride,
             (4, &[1], 1),
             |rows, _| match rows {
-                1 => tile256::<1>,
-                2 => tile256::<2>,
-                3 => tile256::<3>,
-                _ => tile256::<4>,
-            },
-        )
-    }
-}
-
-/// One register tile of the code kernel: `Q` queries × `B` blocks of 16
-/// rows of 8-bit codes, widened to float32 in registers.
-#[target_feature(enable = "avx512f")]
-unsafe fn code_tile512<const Q: usize, const B: usize>(
-    q: *const f32,
-    dim: usize,
-    x: *const CodeLanes,
-    out: *mut f32,
-    stride: usize,
-) {
-    // SAFETY: the caller (`code_dots_avx512`) passes pointers to `Q` query
-    // rows of `dim` floats, `B` whole 16-byte-aligned blocks of `dim` code
-    // lanes, and an output with room for `Q` rows of `stride` floats,
-    // `B * 16` of them from `out`; AVX-512F is enabled on this function.
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); B]; Q];
-        for j in 0..dim {
-            let mut xv = [_mm512_setzero_ps(); B];
-            for (b, v) in xv.iter_mut().enumerate() {
-                let bytes = _mm_load_si128(x.add(b * dim + j) as *const __m128i);
-                *v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
-            }
-            for (i, row) in acc.iter_mut().enumerate() {
-                let qv = _mm512_set1_ps(*q.add(i * dim + j));
-                for (a, v) in row.iter_mut().zip(xv.iter()) {
-                    *a = _mm512_fmadd_ps(qv, *v, *a);
-                }
-            }
-        }
-        for (i, row) in acc.iter().enumerate() {
-            for (b, a) in row.iter().enumerate() {
-                _mm512_storeu_ps(out.add(i * stride + b * BLOCK), *a);
-            }
-        }
-    }
-}
-
-/// One AVX2 register tile of the code kernel: `Q` queries × one block.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn code_tile256<const Q: usize>(
-    q: *const f32,
-    dim: usize,
-    x: *const CodeLanes,
-    out: *mut f32,
-    stride: usize,
-) {
-    // SAFETY: the caller (`code_dots_avx2`) passes pointers to `Q` query
-    // rows of `dim` floats, one whole block of `dim` code lanes and an
-    // output with room for `Q` rows of `stride` floats, 16 of them from
-    // `out`; AVX2 and FMA are enabled on this function.
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; Q];
-        for j in 0..dim {
-            let p = x.add(j) as *const u8;
-            let lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
-            let hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i));
-            let xv = [_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi)];
-            for (i, row) in acc.iter_mut().enumerate() {
-                let qv = _mm256_set1_ps(*q.add(i * dim + j));
-                row[0] = _mm256_fmadd_ps(qv, xv[0], row[0]);
-                row[1] = _mm256_fmadd_ps(qv, xv[1], row[1]);
-            }
-        }
-        for (i, row) in acc.iter().enumerate() {
-            _mm256_storeu_ps(out.add(i * stride), row[0]);
-            _mm256_storeu_ps(out.add(i * stride + 8), row[1]);
-        }
-    }
-}
-
-/// # Safety
-/// The CPU must support AVX-512F; `q` holds `nq × dim` floats, `x` whole
-/// blocks of `dim` code lanes, `stride ≥ blocks × 16`, and `out` at least
-/// `nq × stride` floats.
-#[target_feature(enable = "avx512f")]
-pub unsafe fn code_dots_avx512(
-    q: &[f32],
-    nq: usize,
-    dim: usize,
-    x: &[CodeLanes],
-    out: &mut [f32],
-    stride: usize,
-) {
-    // As in `dots_avx512`: one query gets wider tiles; otherwise two
-    // blocks, so each widened code register serves up to 8 queries.
-    let widest = if nq == 1 { 4 } else { 2 };
-    // SAFETY: this function's contract; every tile is AVX-512F, enabled
-    // here, and computes the shape it is picked for.
-    unsafe {
-        walk_tiles(
-            q,
-            nq,
-            dim,
-            x,
-            out,
-            stride,
-            (8, &[4, 2, 1], widest),
-            |rows, span| match (rows, span) {
-                (1, 4) => code_tile512::<1, 4>,
-                (_, 1) => tile_rows!(code_tile512, rows, 1),
-                (_, 2) => tile_rows!(code_tile512, rows, 2),
-                _ => unreachable!("no {rows} x {span} code tile (widest {widest})"),
-            },
-        )
-    }
-}
-
-/// # Safety
-/// The CPU must support AVX2 and FMA; bounds as for [`code_dots_avx512`].
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn code_dots_avx2(
-    q: &[f32],
-    nq: usize,
-    dim: usize,
-    x: &[CodeLanes],
-    out: &mut [f32],
-    stride: usize,
-) {
-    // SAFETY: as in `dots_avx2`.
-    unsafe {
-        walk_tiles(
-            q,
-            nq,
-            dim,
-            x,
-            out,
-            stride,
-            (4, &[1], 1),
-            |rows, _| match rows {
-                1 => code_tile256::<1>,
-                2 => code_tile256::<2>,
-                3 => code_tile256::<3>,
-                _ => code_tile256::<4>,
+                1 => tile256::<L, 1>,
+                2 => tile256::<L, 2>,
+                3 => tile256::<L, 3>,
+                _ => tile256::<L, 4>,
             },
         )
     }
