@@ -27,6 +27,16 @@ def recall(found, truth, k):
     return hits / (k * len(found))
 
 
+def make_index(kind, d, partitions, sub_vectors, mt):
+    """An untrained FAISS IVF index of `kind` (ivf_flat, ivf_pq, ivf_sq)."""
+    quantizer = faiss.IndexFlatL2(d) if mt == faiss.METRIC_L2 else faiss.IndexFlatIP(d)
+    if kind == "ivf_flat":
+        return faiss.IndexIVFFlat(quantizer, d, partitions, mt)
+    if kind == "ivf_pq":
+        return faiss.IndexIVFPQ(quantizer, d, partitions, sub_vectors, 8, mt)
+    return faiss.IndexIVFScalarQuantizer(quantizer, d, partitions, faiss.ScalarQuantizer.QT_8bit, mt)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--base", required=True)
@@ -53,13 +63,7 @@ def main():
     print("| index | build (s) | nprobes | batch | recall@%d | QPS |" % a.k)
     print("|---|---:|---:|---:|---:|---:|")
     for t in a.types.split(","):
-        quantizer = faiss.IndexFlatL2(d) if mt == faiss.METRIC_L2 else faiss.IndexFlatIP(d)
-        if t == "ivf_flat":
-            index = faiss.IndexIVFFlat(quantizer, d, a.partitions, mt)
-        elif t == "ivf_pq":
-            index = faiss.IndexIVFPQ(quantizer, d, a.partitions, a.sub_vectors, 8, mt)
-        else:
-            index = faiss.IndexIVFScalarQuantizer(quantizer, d, a.partitions, faiss.ScalarQuantizer.QT_8bit, mt)
+        index = make_index(t, d, a.partitions, a.sub_vectors, mt)
         start = time.perf_counter()
         index.train(xb)
         index.add(xb)

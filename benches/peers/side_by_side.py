@@ -23,18 +23,8 @@ import tempfile
 import time
 
 import faiss
-import numpy as np
 
-from faiss_ivf import read_fvecs, read_ivecs, recall
-
-
-def faiss_index(kind, d, partitions, sub_vectors, mt):
-    quantizer = faiss.IndexFlatL2(d) if mt == faiss.METRIC_L2 else faiss.IndexFlatIP(d)
-    if kind == "ivf_flat":
-        return faiss.IndexIVFFlat(quantizer, d, partitions, mt)
-    if kind == "ivf_pq":
-        return faiss.IndexIVFPQ(quantizer, d, partitions, sub_vectors, 8, mt)
-    return faiss.IndexIVFScalarQuantizer(quantizer, d, partitions, faiss.ScalarQuantizer.QT_8bit, mt)
+from faiss_ivf import make_index, read_fvecs, read_ivecs, recall
 
 
 def faiss_pass(index, xq, gt, k, batch):
@@ -98,7 +88,7 @@ def main():
         for kind in a.types.split(","):
             shoal(a.shoal, "index", "--dataset", dataset, "--type", kind, "--partitions",
                   str(a.partitions), "--sub-vectors", str(a.sub_vectors))
-            index = faiss_index(kind, d, a.partitions, a.sub_vectors, mt)
+            index = make_index(kind, d, a.partitions, a.sub_vectors, mt)
             index.train(xb)
             index.add(xb)
             for nprobes in [int(x) for x in a.nprobes.split(",")]:

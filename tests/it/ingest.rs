@@ -35,12 +35,9 @@ fn quiet() -> IngestOptions {
     }
 }
 
-fn write_npy(path: &Path, rows: &[Vec<f32>], descr: &str) {
-    let dim = rows[0].len();
-    let mut header = format!(
-        "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}, {dim}), }}",
-        rows.len()
-    );
+/// The magic, version and padded header of a version 1.0 `.npy` file.
+fn npy_header(descr: &str, shape: &str) -> Vec<u8> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
     }
@@ -48,6 +45,12 @@ fn write_npy(path: &Path, rows: &[Vec<f32>], descr: &str) {
     let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
     bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
     bytes.extend_from_slice(header.as_bytes());
+    bytes
+}
+
+fn write_npy(path: &Path, rows: &[Vec<f32>], descr: &str) {
+    let dim = rows[0].len();
+    let mut bytes = npy_header(descr, &format!("({}, {dim})", rows.len()));
     for r in rows {
         for x in r {
             bytes.extend_from_slice(&x.to_le_bytes());
@@ -607,14 +610,7 @@ fn jsonl_errors_count_blank_lines() {
 fn an_npy_header_cannot_size_an_allocation() {
     let dir = tempfile::tempdir().unwrap();
     let npy = |name: &str, shape: &str, data: usize| {
-        let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
-        while (10 + header.len() + 1) % 64 != 0 {
-            header.push(' ');
-        }
-        header.push('\n');
-        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-        bytes.extend_from_slice(header.as_bytes());
+        let mut bytes = npy_header("<f4", shape);
         bytes.extend(std::iter::repeat_n(0x3F, data));
         let path = dir.path().join(name);
         std::fs::write(&path, bytes).unwrap();
