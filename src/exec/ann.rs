@@ -16,8 +16,9 @@ use crate::exec::pool::ScanPool;
 use crate::exec::profile::{ms_since, Profile};
 use crate::index::ivf::{coarse_metric, LoadedSegment};
 use crate::index::partition::{Partition, Payload};
-use crate::index::pq::{ProductQuantizer, CODES};
+use crate::index::pq::{scan_codes, ProductQuantizer, ScanSink, CODES};
 use crate::index::PartitionCache;
+use crate::kernel::lookup::{LookupKernel, LookupTable};
 use crate::kernel::{dot_blocks, dot_code_blocks, fma_dot, Kernel, Metric, PreparedQueries, BLOCK};
 use crate::query::{Candidate, Nprobes, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
@@ -132,36 +133,96 @@ pub fn rank_partitions(
         .collect()
 }
 
-/// PQ query tables ([`ProductQuantizer::query_table`]) of the queries
-/// `ids` of `queries` for `seg`, one `m × 256` block each, in `ids` order.
-/// Empty for flat and SQ segments.
-pub fn pq_tables(
-    seg: &LoadedSegment,
-    metric: Metric,
-    queries: &PreparedQueries,
-    ids: &[usize],
-) -> Vec<f32> {
-    let Some(pq) = &seg.model.pq else {
-        return Vec::new();
-    };
-    let width = pq.m * CODES;
-    let mut out = vec![0.0f32; ids.len() * width];
-    for (j, &qi) in ids.iter().enumerate() {
-        pq.query_table(
-            metric,
-            queries.row(qi),
-            &mut out[j * width..(j + 1) * width],
-        );
+/// One query's PQ tables for a segment: the float ADC table
+/// ([`ProductQuantizer::query_table`], `m × 256`) and its quantized screen.
+pub struct PqQuery {
+    table: Vec<f32>,
+    screen: Option<LookupTable>,
+}
+
+impl PqQuery {
+    /// The tables of query `q` (prepared for the metric) for `seg`; `None`
+    /// for flat and SQ segments.
+    pub fn new(seg: &LoadedSegment, metric: Metric, q: &[f32]) -> Option<PqQuery> {
+        let pq = seg.model.pq.as_ref()?;
+        let mut table = vec![0.0f32; pq.m * CODES];
+        pq.query_table(metric, q, &mut table);
+        let screen = LookupTable::quantize(&table, pq.m);
+        Some(PqQuery { table, screen })
     }
-    out
+}
+
+/// A query's heap behind the batch's masks, as a PQ scan's sink.
+struct HeapSink<'a> {
+    heap: &'a mut TopK,
+    masks: &'a Masks,
+    row_ids: &'a [u64],
+}
+
+impl ScanSink for HeapSink<'_> {
+    fn threshold(&self) -> Option<f32> {
+        self.heap.threshold()
+    }
+
+    fn allows(&self, r: usize) -> bool {
+        self.masks.allows(self.row_ids[r])
+    }
+
+    fn offer(&mut self, r: usize, distance: f32) {
+        self.heap.push(Candidate {
+            distance,
+            row_id: self.row_ids[r],
+        });
+    }
+}
+
+/// Scans PQ partition `p` of `seg` for one query (`q`, with its tables
+/// `pq`) into `heap`: the quantized screen skips rows that cannot enter,
+/// the rest are scored with the float table and pushed as
+/// [`push_scored`] would. Returns the rows scored with the float table.
+#[allow(clippy::too_many_arguments)]
+pub fn scan_pq_partition(
+    seg: &LoadedSegment,
+    p: u32,
+    part: &Partition,
+    metric: Metric,
+    q: &[f32],
+    pq: &PqQuery,
+    masks: &Masks,
+    heap: &mut TopK,
+) -> Result<usize> {
+    let Payload::Pq {
+        codes,
+        row_base,
+        row_base_max,
+    } = &part.payload
+    else {
+        return Err(Error::Internal(format!("partition {p} holds no PQ codes")));
+    };
+    let dim = seg.model.dim;
+    let c = &seg.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
+    let constant = ProductQuantizer::query_constant(metric, q, c);
+    let mut sink = HeapSink {
+        heap,
+        masks,
+        row_ids: &part.row_ids,
+    };
+    Ok(scan_codes(
+        &pq.table,
+        pq.screen.as_ref(),
+        LookupKernel::detect(),
+        codes,
+        constant,
+        row_base,
+        *row_base_max,
+        &mut sink,
+    ))
 }
 
 /// Distances of `nq` queries (row-major `qrows`, with `qnorms`) to every row
-/// of partition `p` of `seg`, written to `out[j * stride + r]`; returns the
-/// stride. Flat and SQ rows go through the dot kernel; PQ codes through the
-/// query's table (`tables` block `table_ids[j]`, from [`pq_tables`]) plus the
-/// partition's row bases and the (query, partition) constant.
-#[allow(clippy::too_many_arguments)]
+/// of flat or SQ partition `p` of `seg`, through the dot kernel, written to
+/// `out[j * stride + r]`; returns the stride. (PQ partitions go through
+/// [`scan_pq_partition`].)
 pub fn score_partition(
     seg: &LoadedSegment,
     p: u32,
@@ -169,10 +230,8 @@ pub fn score_partition(
     metric: Metric,
     qrows: &[f32],
     qnorms: &[f32],
-    tables: &[f32],
-    table_ids: &[usize],
     out: &mut Vec<f32>,
-) -> usize {
+) -> Result<usize> {
     let nq = qnorms.len();
     let dim = seg.model.dim;
     match &part.payload {
@@ -196,7 +255,7 @@ pub fn score_partition(
                     *d = metric.finish(q_min + *d, *qn, *xn);
                 }
             }
-            stride
+            Ok(stride)
         }
         Payload::Flat(v) => {
             let nb = v.block_count();
@@ -209,28 +268,11 @@ pub fn score_partition(
                     *d = metric.finish(*d, *qn, *xn);
                 }
             }
-            stride
+            Ok(stride)
         }
-        Payload::Pq { m, codes, row_base } => {
-            let rows = part.len();
-            out.resize(nq * rows, 0.0);
-            let width = m * CODES;
-            let c = &seg.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
-            for j in 0..nq {
-                let q = &qrows[j * dim..(j + 1) * dim];
-                let constant = ProductQuantizer::query_constant(metric, q, c);
-                let table = &tables[table_ids[j] * width..(table_ids[j] + 1) * width];
-                ProductQuantizer::score_rows(
-                    table,
-                    codes,
-                    *m,
-                    constant,
-                    row_base,
-                    &mut out[j * rows..(j + 1) * rows],
-                );
-            }
-            rows
-        }
+        Payload::Pq { .. } => Err(Error::Internal(format!(
+            "partition {p} holds PQ codes, which scan_pq_partition scans"
+        ))),
     }
 }
 
@@ -335,6 +377,7 @@ pub fn search_per_query(
         profile.cache_misses += p.cache_misses;
         profile.bytes_read += p.bytes_read;
         profile.rows_scored += p.rows_scored;
+        profile.rows_rescored += p.rows_rescored;
         profile.rank_ms += p.rank_ms;
     }
     profile.scan_ms += ms_since(t) - profile.rank_ms / threads as f64;
@@ -358,7 +401,7 @@ fn search_one(
     let mut heap = TopK::new(cap);
     let mut scores = Vec::new();
     for seg in &view.segments {
-        let tables = pq_tables(seg, batch.metric, &one.queries, &[0]);
+        let pq = PqQuery::new(seg, batch.metric, q);
         let (min, limit, adaptive) = match batch.options.nprobes {
             Nprobes::Fixed(n) => (n, n, false),
             Nprobes::Adaptive { min, max } => (min, max, true),
@@ -383,18 +426,13 @@ fn search_one(
             profile.pairs_probed += 1;
             profile.distinct_partitions += 1;
             profile.rows_scored += part.len() as u64;
-            score_partition(
-                seg,
-                p,
-                &part,
-                batch.metric,
-                q,
-                &[qn],
-                &tables,
-                &[0],
-                &mut scores,
-            );
-            push_scored(&scores[..part.len()], &part.row_ids, masks, &mut heap);
+            if let Some(pq) = &pq {
+                profile.rows_rescored +=
+                    scan_pq_partition(seg, p, &part, batch.metric, q, pq, masks, &mut heap)? as u64;
+            } else {
+                score_partition(seg, p, &part, batch.metric, q, &[qn], &mut scores)?;
+                push_scored(&scores[..part.len()], &part.row_ids, masks, &mut heap);
+            }
             if adaptive {
                 passed += count_allowed(&part.row_ids, masks);
             }

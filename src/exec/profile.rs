@@ -25,8 +25,11 @@ pub struct Profile {
     pub cache_misses: u64,
     /// Bytes read from partition files.
     pub bytes_read: u64,
-    /// (query, row) distances computed.
+    /// (query, row) pairs in the partitions and fragments scanned.
     pub rows_scored: u64,
+    /// Of those, in IVF_PQ partitions, the pairs scored with the float
+    /// table because the quantized screen could not rule them out.
+    pub rows_rescored: u64,
     /// Time ranking centroids.
     pub rank_ms: f64,
     /// Time scanning partitions and fragments.
@@ -47,7 +50,7 @@ impl Profile {
         s.push_str(&format!(
             "\nqueries {}  prefilter builds {} ({:.2} ms)\n\
              (query, partition) pairs {}  distinct partitions {}  cache hits {} misses {}  bytes read {}\n\
-             rows scored {}\n\
+             rows scored {} (PQ rows past the screen {})\n\
              time: rank {:.2} ms  scan {:.2} ms  merge {:.2} ms  materialise {:.2} ms",
             self.queries,
             self.prefilter_builds,
@@ -58,6 +61,7 @@ impl Profile {
             self.cache_misses,
             self.bytes_read,
             self.rows_scored,
+            self.rows_rescored,
             self.rank_ms,
             self.scan_ms,
             self.merge_ms,

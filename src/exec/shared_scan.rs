@@ -22,7 +22,8 @@
 
 use crate::error::{Error, Result};
 use crate::exec::ann::{
-    pq_tables, push_scored, rank_partitions, score_partition, unindexed, IndexView, Masks,
+    push_scored, rank_partitions, scan_pq_partition, score_partition, unindexed, IndexView, Masks,
+    PqQuery,
 };
 use crate::exec::exact::{self, RowMask};
 use crate::exec::profile::{ms_since, Profile};
@@ -52,6 +53,7 @@ struct Loads {
     misses: AtomicU64,
     bytes: AtomicU64,
     scored: AtomicU64,
+    rescored: AtomicU64,
 }
 
 impl Loads {
@@ -74,6 +76,7 @@ impl Loads {
         profile.cache_misses += self.misses.into_inner();
         profile.bytes_read += self.bytes.into_inner();
         profile.rows_scored += self.scored.into_inner();
+        profile.rows_rescored += self.rescored.into_inner();
     }
 }
 
@@ -197,17 +200,8 @@ fn scan_partition_major(
                         qrows.extend_from_slice(batch.queries.row(qi));
                         qnorms.push(batch.queries.norms_sq[qi]);
                     }
-                    let stride = score_partition(
-                        seg,
-                        p,
-                        &part,
-                        batch.metric,
-                        &qrows,
-                        &qnorms,
-                        &[],
-                        &[],
-                        &mut scores,
-                    );
+                    let stride =
+                        score_partition(seg, p, &part, batch.metric, &qrows, &qnorms, &mut scores)?;
                     for (j, &qi) in group.iter().enumerate() {
                         push_scored(
                             &scores[j * stride..j * stride + part.len()],
@@ -279,31 +273,21 @@ fn scan_pq_block(
     let next = AtomicUsize::new(block.start);
     let scored = view.pool.run(threads, |_| {
         let mut out = Vec::new();
-        let mut scores = Vec::new();
         while let Some(qi) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|qi| *qi < block.end)
         {
-            let table = pq_tables(seg, batch.metric, &batch.queries, &[qi]);
             let q = batch.queries.row(qi);
-            let qn = [batch.queries.norms_sq[qi]];
+            let pq = PqQuery::new(seg, batch.metric, q)
+                .ok_or_else(|| Error::Internal("PQ scan of a segment without PQ".into()))?;
             let mut heap = TopK::new(batch.depth(qi));
             for &p in &ranked[qi] {
                 view.cancel.check()?;
                 let part = partitions[slot[p as usize]]
                     .as_ref()
                     .ok_or_else(|| Error::Internal(format!("partition {p} was not fetched")))?;
-                score_partition(
-                    seg,
-                    p,
-                    part,
-                    batch.metric,
-                    q,
-                    &qn,
-                    &table,
-                    &[0],
-                    &mut scores,
-                );
-                push_scored(&scores[..part.len()], &part.row_ids, masks, &mut heap);
+                let rescored =
+                    scan_pq_partition(seg, p, part, batch.metric, q, &pq, masks, &mut heap)?;
                 loads.scored.fetch_add(part.len() as u64, Ordering::Relaxed);
+                loads.rescored.fetch_add(rescored as u64, Ordering::Relaxed);
             }
             out.push((qi, heap));
         }

@@ -185,9 +185,9 @@ mod tests {
         Partition {
             row_ids: Vec::new(),
             payload: Payload::Pq {
-                m: 1,
-                codes: Vec::new(),
+                codes: crate::kernel::lookup::CodeColumns::from_rows(1, &[]).unwrap(),
                 row_base: Vec::new(),
+                row_base_max: 0.0,
             },
         }
     }

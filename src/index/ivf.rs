@@ -559,7 +559,9 @@ impl LoadedSegment {
                 read_partition(&self.path, &self.file, &expected, self.model.sq.as_ref())?;
             if let (
                 Payload::Pq {
-                    codes, row_base, ..
+                    codes,
+                    row_base,
+                    row_base_max,
                 },
                 Some(pq),
             ) = (&mut part.payload, &self.model.pq)
@@ -567,6 +569,7 @@ impl LoadedSegment {
                 let dim = self.model.dim;
                 let c = &self.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
                 *row_base = pq.row_bases(self.meta.metric, c, codes);
+                *row_base_max = row_base.iter().fold(0.0f32, |a, b| a.max(b.abs()));
             }
             Ok((part, entry.len))
         })

@@ -23,6 +23,7 @@
 
 use crate::error::{Error, Result};
 use crate::index::sq::ScalarQuantizer;
+use crate::kernel::lookup::CodeColumns;
 use crate::kernel::{fma_dot, CodeBlocks, Lanes, VectorBlocks, BLOCK};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -47,16 +48,17 @@ pub enum Payload {
         /// The segment's quantizer.
         quantizer: Arc<ScalarQuantizer>,
     },
-    /// Product-quantization codes, `m` bytes per row (IVF_PQ).
+    /// Product-quantization codes, `m` bytes per row (IVF_PQ), in blocks of
+    /// 64 rows for the quantized-table screen ([`crate::kernel::lookup`]).
     Pq {
-        /// Bytes per code.
-        m: usize,
-        /// `rows × m` codes.
-        codes: Vec<u8>,
+        /// The codes.
+        codes: CodeColumns,
         /// The query-independent part of each row's distance (see
         /// [`ProductQuantizer::row_bases`](crate::index::pq::ProductQuantizer::row_bases)),
         /// computed when the partition is loaded.
         row_base: Vec<f32>,
+        /// The largest `|row_base|`, for the screen's rounding slack.
+        row_base_max: f32,
     },
 }
 
@@ -88,7 +90,7 @@ impl Partition {
                 Payload::Sq { codes, .. } => codes.size_bytes(),
                 Payload::Pq {
                     codes, row_base, ..
-                } => codes.len() + row_base.len() * 4,
+                } => codes.size_bytes() + row_base.len() * 4,
             }
             + 64
     }
@@ -572,9 +574,10 @@ pub fn read_partition(
         RecordKind::Pq { .. } => {
             need(ids_len + rows * code_len)?;
             Payload::Pq {
-                m: code_len,
-                codes: rest[..rows * code_len].to_vec(),
+                codes: CodeColumns::from_rows(code_len, &rest[..rows * code_len])
+                    .ok_or_else(|| corrupt("sizes".into()))?,
                 row_base: Vec::new(),
+                row_base_max: 0.0,
             }
         }
     };

@@ -4,6 +4,9 @@
 //! of `m × 256` partial distances (asymmetric distance computation, ADC).
 
 use crate::index::kmeans::{self, KMeansParams};
+use crate::kernel::lookup::{
+    block_candidates, block_sums, CodeColumns, LookupKernel, LookupTable, LOOKUP_ROWS,
+};
 use crate::kernel::Metric;
 
 /// Sub-centroids per sub-space (8-bit codes).
@@ -116,6 +119,28 @@ impl ProductQuantizer {
     /// * dot: `−q·(c + y) = −q·c + Σ_s (−q_s·y_s)`
     /// * cosine: `1 − q̂·(c + y)`, as dot plus one.
     pub fn query_table(&self, metric: Metric, q: &[f32], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::kernel::Kernel::detect() == crate::kernel::Kernel::Avx512 {
+            // SAFETY: the AVX-512 kernel is only chosen where AVX-512F is.
+            unsafe { self.query_table_avx512(metric, q, out) };
+            return;
+        }
+        self.query_table_rows(metric, q, out);
+    }
+
+    /// [`query_table`](Self::query_table) compiled for AVX-512: the same
+    /// multiplies and adds, each rounded alone, 16 entries at a time.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn query_table_avx512(&self, metric: Metric, q: &[f32], out: &mut [f32]) {
+        self.query_table_rows(metric, q, out);
+    }
+
+    #[inline(always)]
+    fn query_table_rows(&self, metric: Metric, q: &[f32], out: &mut [f32]) {
         let dsub = self.dsub();
         for s in 0..self.m {
             let row = &mut out[s * CODES..(s + 1) * CODES];
@@ -134,8 +159,8 @@ impl ProductQuantizer {
 
     /// The query-independent part of each row's distance in the partition
     /// with centroid `c`: `Σ_s (‖y_s‖² + 2 c_s·y_s)` for l2, zero otherwise.
-    pub fn row_bases(&self, metric: Metric, c: &[f32], codes: &[u8]) -> Vec<f32> {
-        let rows = codes.len() / self.m;
+    pub fn row_bases(&self, metric: Metric, c: &[f32], codes: &CodeColumns) -> Vec<f32> {
+        let rows = codes.len();
         if metric != Metric::L2 {
             return vec![0.0; rows];
         }
@@ -151,9 +176,8 @@ impl ProductQuantizer {
                 }
             }
         }
-        codes
-            .chunks_exact(self.m)
-            .map(|code| Self::score(&table, code, 0.0))
+        (0..rows)
+            .map(|r| score_in_block(&table, codes.block(r / LOOKUP_ROWS), r % LOOKUP_ROWS, 0.0))
             .collect()
     }
 
@@ -161,50 +185,9 @@ impl ProductQuantizer {
     /// `1 − q̂·c` for cosine.
     pub fn query_constant(metric: Metric, q: &[f32], c: &[f32]) -> f32 {
         match metric {
-            Metric::L2 => {
-                let mut acc = 0.0f32;
-                for (a, b) in q.iter().zip(c) {
-                    let d = a - b;
-                    acc += d * d;
-                }
-                acc
-            }
-            Metric::Dot => -crate::kernel::fma_dot(q, c),
-            Metric::Cosine => 1.0 - crate::kernel::fma_dot(q, c),
-        }
-    }
-
-    /// `out[r] = score(table, code_r, constant + row_base[r])` for every row
-    /// of `codes` (`m` bytes each). Eight rows are summed side by side so
-    /// that their independent add chains overlap; each row's own sum runs in
-    /// the same order as [`score`](Self::score), so the bits are the same.
-    pub fn score_rows(
-        table: &[f32],
-        codes: &[u8],
-        m: usize,
-        constant: f32,
-        row_base: &[f32],
-        out: &mut [f32],
-    ) {
-        const LANES: usize = 8;
-        let rows = codes.len() / m;
-        let full = rows / LANES * LANES;
-        for r in (0..full).step_by(LANES) {
-            let mut acc = [0.0f32; LANES];
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = constant + row_base[r + i];
-            }
-            let block = &codes[r * m..(r + LANES) * m];
-            for s in 0..m {
-                let t = &table[s * CODES..(s + 1) * CODES];
-                for (i, a) in acc.iter_mut().enumerate() {
-                    *a += t[block[i * m + s] as usize];
-                }
-            }
-            out[r..r + LANES].copy_from_slice(&acc);
-        }
-        for r in full..rows {
-            out[r] = Self::score(table, &codes[r * m..(r + 1) * m], constant + row_base[r]);
+            Metric::L2 => lane_sum(q, c, |a, b| (a - b) * (a - b)),
+            Metric::Dot => -lane_sum(q, c, |a, b| a * b),
+            Metric::Cosine => 1.0 - lane_sum(q, c, |a, b| a * b),
         }
     }
 
@@ -217,6 +200,109 @@ impl ProductQuantizer {
         }
         acc
     }
+}
+
+/// `Σ_j f(a_j, b_j)` in 16 interleaved partial sums added up in lane
+/// order at the end: a fixed order (the same bits on every path), without
+/// one long chain of dependent adds.
+#[inline(always)]
+fn lane_sum(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [0.0f32; LANES];
+    let whole = a.len().min(b.len()) / LANES * LANES;
+    for (x, y) in a[..whole]
+        .chunks_exact(LANES)
+        .zip(b[..whole].chunks_exact(LANES))
+    {
+        for j in 0..LANES {
+            acc[j] += f(x[j], y[j]);
+        }
+    }
+    for (j, (x, y)) in a[whole..].iter().zip(&b[whole..]).enumerate() {
+        acc[j] += f(*x, *y);
+    }
+    acc.iter().sum()
+}
+
+/// Sums the table entries of row `i` of a [`CodeColumns`] block in
+/// sub-space order, starting at `base`: the same additions, in the same
+/// order, as [`ProductQuantizer::score`] on the row's code.
+#[inline]
+pub fn score_in_block(table: &[f32], block: &[u8], i: usize, base: f32) -> f32 {
+    let mut acc = base;
+    for (s, codes) in block.chunks_exact(LOOKUP_ROWS).enumerate() {
+        acc += table[s * CODES + codes[i] as usize];
+    }
+    acc
+}
+
+/// Where a PQ scan sends rows: one query's heap, behind the row filter.
+pub trait ScanSink {
+    /// The distance a row must not exceed to enter, once there is one.
+    fn threshold(&self) -> Option<f32>;
+    /// May row `r` (position in the partition) be returned at all?
+    fn allows(&self, r: usize) -> bool;
+    /// Row `r` at `distance` (allowed, and not above the threshold).
+    fn offer(&mut self, r: usize, distance: f32);
+}
+
+/// One query's scan of a partition's codes: ADC distance
+/// `score(table, code, constant + row_base[r])` for every row the sink
+/// could take. With a quantized `screen` of `table`, each block of 64 rows
+/// first gets a lower bound per row from the level sums
+/// ([`crate::kernel::lookup`]); rows whose bound is above the sink's
+/// threshold by more than the rounding slack cannot enter and are not
+/// scored. The sink receives exactly the rows (and float distances) that
+/// scoring every row would give it; returns how many rows were scored.
+#[allow(clippy::too_many_arguments)]
+pub fn scan_codes(
+    table: &[f32],
+    screen: Option<&LookupTable>,
+    kernel: LookupKernel,
+    codes: &CodeColumns,
+    constant: f32,
+    row_base: &[f32],
+    row_base_max: f32,
+    sink: &mut impl ScanSink,
+) -> usize {
+    let rows = codes.len();
+    let mut sums = [0u16; LOOKUP_ROWS];
+    let slack = screen.map_or(0.0, |l| l.slack(constant.abs() + row_base_max));
+    // A row is skipped when its bound is above `t + slack + 4u|t|` (the
+    // last term covers rounding `t` itself and the sum).
+    let limit_of = |t: f32| t + (slack + 2.0 * f32::EPSILON * t.abs());
+    let mut scored = 0;
+    for b in 0..codes.block_count() {
+        let block = codes.block(b);
+        let first = b * LOOKUP_ROWS;
+        let in_block = (rows - first).min(LOOKUP_ROWS);
+        let bases = &row_base[first..first + in_block];
+        // Rows the screen cannot rule out, by bit; all of them until the
+        // sink has a threshold. The limit is the threshold when the block
+        // starts; rows scored here may lower it, which only the exact
+        // compare below then sees.
+        let mut candidates = match (screen, sink.threshold()) {
+            (Some(lut), Some(t)) => {
+                block_sums(kernel, lut, codes, b, &mut sums);
+                block_candidates(kernel, lut, &sums, constant, bases, limit_of(t))
+            }
+            _ => u64::MAX >> (LOOKUP_ROWS - in_block),
+        };
+        while candidates != 0 {
+            let i = candidates.trailing_zeros() as usize;
+            candidates &= candidates - 1;
+            let r = first + i;
+            if !sink.allows(r) {
+                continue;
+            }
+            let d = score_in_block(table, block, i, constant + bases[i]);
+            scored += 1;
+            if sink.threshold().is_none_or(|t| d.total_cmp(&t).is_le()) {
+                sink.offer(r, d);
+            }
+        }
+    }
+    scored
 }
 
 #[cfg(test)]
@@ -239,7 +325,7 @@ mod tests {
             let constant = ProductQuantizer::query_constant(metric, &q, &c);
             for r in data.chunks(dim).take(200) {
                 pq.encode(r, &mut code);
-                let base = pq.row_bases(metric, &c, &code)[0];
+                let base = pq.row_bases(metric, &c, &CodeColumns::from_rows(4, &code).unwrap())[0];
                 let adc = ProductQuantizer::score(&table, &code, constant + base) as f64;
                 let x: Vec<f64> = pq
                     .decode(&code)
@@ -261,25 +347,111 @@ mod tests {
         }
     }
 
+    /// Keeps the k best (distance, row) pairs, like a heap with ties to
+    /// the lower row; optionally refuses some rows.
+    struct Best {
+        k: usize,
+        kept: Vec<(f32, usize)>,
+        refused: fn(usize) -> bool,
+    }
+
+    impl ScanSink for Best {
+        fn threshold(&self) -> Option<f32> {
+            (self.kept.len() == self.k).then(|| self.kept[self.k - 1].0)
+        }
+        fn allows(&self, r: usize) -> bool {
+            !(self.refused)(r)
+        }
+        fn offer(&mut self, r: usize, d: f32) {
+            self.kept.push((d, r));
+            self.kept
+                .sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            self.kept.truncate(self.k);
+        }
+    }
+
+    /// The screened scan returns exactly the rows and distance bits of
+    /// scoring every row, for every lookup kernel, metric, k (up to more
+    /// than the partition holds), with many tied rows and a row filter.
     #[test]
-    fn score_rows_matches_score_bit_for_bit() {
-        let pq = ProductQuantizer::train(
-            &clustered_vectors(1000, 8, 5, 1),
-            8,
-            4,
-            4,
-            1,
-            &mut |_, _| {},
-        );
-        let mut table = vec![0.0; 4 * CODES];
-        pq.query_table(Metric::L2, &clustered_vectors(1, 8, 5, 2), &mut table);
-        let codes: Vec<u8> = (0..4 * 21).map(|i| (i * 37 % 256) as u8).collect();
-        let bases: Vec<f32> = (0..21).map(|i| i as f32 * 0.37).collect();
-        let mut out = vec![0.0; 21];
-        ProductQuantizer::score_rows(&table, &codes, 4, 1.5, &bases, &mut out);
-        for r in 0..21 {
-            let one = ProductQuantizer::score(&table, &codes[r * 4..(r + 1) * 4], 1.5 + bases[r]);
-            assert_eq!(out[r].to_bits(), one.to_bits());
+    fn screened_scan_equals_scoring_every_row() {
+        for (dim, m) in [(16, 8), (64, 32)] {
+            screened_scan_equals_scoring_every_row_at(dim, m);
+        }
+    }
+
+    fn screened_scan_equals_scoring_every_row_at(dim: usize, m: usize) {
+        let data = clustered_vectors(3000, dim, 12, 3);
+        let pq = ProductQuantizer::train(&data, dim, m, 8, 1, &mut |_, _| {});
+        let c: Vec<f32> = (0..dim).map(|j| j as f32 * 0.05).collect();
+        let mut code = vec![0u8; m];
+        let mut rows: Vec<u8> = Vec::new();
+        for (i, x) in data.chunks(dim).take(700).enumerate() {
+            pq.encode(x, &mut code);
+            rows.extend_from_slice(&code);
+            // Every fifth row repeats an earlier code: exact ties.
+            if i % 5 == 4 {
+                let earlier = rows[(i / 2) * m..(i / 2 + 1) * m].to_vec();
+                rows.extend_from_slice(&earlier);
+            }
+        }
+        let codes = CodeColumns::from_rows(m, &rows).unwrap();
+        let n = codes.len();
+        let refusals: [fn(usize) -> bool; 2] = [|_| false, |r| r % 3 == 1];
+        for metric in [Metric::L2, Metric::Dot, Metric::Cosine] {
+            let base = pq.row_bases(metric, &c, &codes);
+            let base_max = base.iter().fold(0.0f32, |a, b| a.max(b.abs()));
+            for (qi, q) in clustered_vectors(6, dim, 12, 9).chunks(dim).enumerate() {
+                let mut table = vec![0.0; m * CODES];
+                pq.query_table(metric, q, &mut table);
+                let constant = ProductQuantizer::query_constant(metric, q, &c);
+                let lut = LookupTable::quantize(&table, m).unwrap();
+                for k in [1, 10, 100, n + 5] {
+                    for refused in refusals {
+                        let mut want: Vec<(f32, usize)> = (0..n)
+                            .filter(|&r| !refused(r))
+                            .map(|r| {
+                                (
+                                    ProductQuantizer::score(
+                                        &table,
+                                        &codes.row(r),
+                                        constant + base[r],
+                                    ),
+                                    r,
+                                )
+                            })
+                            .collect();
+                        want.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                        want.truncate(k);
+                        for kernel in LookupKernel::available() {
+                            for screen in [None, Some(&lut)] {
+                                let mut sink = Best {
+                                    k,
+                                    kept: Vec::new(),
+                                    refused,
+                                };
+                                let scored = scan_codes(
+                                    &table, screen, kernel, &codes, constant, &base, base_max,
+                                    &mut sink,
+                                );
+                                let bits = |v: &[(f32, usize)]| {
+                                    v.iter().map(|(d, r)| (d.to_bits(), *r)).collect::<Vec<_>>()
+                                };
+                                assert_eq!(
+                                    bits(&sink.kept),
+                                    bits(&want),
+                                    "{metric} query {qi} k {k} {kernel:?} screen {}",
+                                    screen.is_some()
+                                );
+                                if screen.is_some() && k == 10 && qi == 0 {
+                                    // The screen must actually skip rows.
+                                    assert!(scored < n / 2, "{metric}: scored {scored} of {n}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 

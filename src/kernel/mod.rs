@@ -17,6 +17,7 @@
 
 pub mod blocks;
 pub mod codes;
+pub mod lookup;
 pub mod metric;
 mod scalar;
 #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,636 @@
+//! Quantized lookup tables for PQ codes: a cheap lower bound per row.
+//!
+//! An IVF_PQ distance is a sum of `m` float table entries, one per code
+//! byte. Summing them for every row costs `m` scalar loads and adds per row.
+//! Here a query's float table is quantized to small integers once —
+//! `level = ⌊(entry − min_s) / step⌋`, one `step` for all sub-spaces and a
+//! minimum per sub-space — and 64 rows at a time are summed in integers
+//! with byte permutes (AVX-512 VBMI: a 256-entry table is four registers,
+//! two `vpermi2b` and a blend per sub-space for 64 rows; scalar elsewhere).
+//! Because every level is rounded *down*,
+//! `offset + step · Σ levels ≤ Σ entries` (`offset = Σ_s min_s`) holds in
+//! exact arithmetic: the integer sum gives a lower bound of the float
+//! distance. [`LookupTable::slack`] bounds the float rounding on both sides,
+//! so a row whose bound minus the slack is above a heap's threshold cannot
+//! enter it, and only the other rows are scored with the float table — the
+//! answers are those of the float sum, bit for bit, whatever the screen
+//! skipped.
+//!
+//! Codes are kept for this in [`CodeColumns`]: blocks of 64 rows,
+//! sub-space-major, so one 64-byte load holds sub-space `s` of 64 rows.
+
+use super::Kernel;
+use std::sync::OnceLock;
+
+/// Rows per block of [`CodeColumns`] (one AVX-512 register of bytes).
+pub const LOOKUP_ROWS: usize = 64;
+
+/// Most sub-spaces a table is quantized for (64 levels each); wider codes
+/// are scored without the screen.
+pub const MAX_SCREENED_M: usize = 1024;
+
+/// Entries per sub-space table (8-bit codes).
+const ENTRIES: usize = 256;
+
+/// Unit roundoff of float32.
+const U: f32 = f32::EPSILON / 2.0;
+
+/// PQ codes (`m` bytes per row) in blocks of [`LOOKUP_ROWS`] rows; within a
+/// block, byte `s · 64 + i` is sub-space `s` of row `i`. The last block is
+/// padded with zero codes.
+#[derive(Debug, Clone)]
+pub struct CodeColumns {
+    m: usize,
+    rows: usize,
+    data: Vec<u8>,
+}
+
+impl CodeColumns {
+    /// Transposes row-major codes (`m` bytes per row); `None` when the
+    /// length is not a multiple of `m` or `m` is zero.
+    pub fn from_rows(m: usize, codes: &[u8]) -> Option<CodeColumns> {
+        if m == 0 || !codes.len().is_multiple_of(m) {
+            return None;
+        }
+        let rows = codes.len() / m;
+        let blocks = rows.div_ceil(LOOKUP_ROWS);
+        let mut data = vec![0u8; blocks * m * LOOKUP_ROWS];
+        for (r, code) in codes.chunks_exact(m).enumerate() {
+            let block = &mut data[(r / LOOKUP_ROWS) * m * LOOKUP_ROWS..];
+            for (s, &c) in code.iter().enumerate() {
+                block[s * LOOKUP_ROWS + r % LOOKUP_ROWS] = c;
+            }
+        }
+        Some(CodeColumns { m, rows, data })
+    }
+
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    /// True when no rows are held.
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// Bytes per code.
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
+    /// Blocks of [`LOOKUP_ROWS`] rows.
+    pub fn block_count(&self) -> usize {
+        self.rows.div_ceil(LOOKUP_ROWS)
+    }
+
+    /// Block `b`: `m × 64` bytes, sub-space-major.
+    pub fn block(&self, b: usize) -> &[u8] {
+        let len = self.m * LOOKUP_ROWS;
+        &self.data[b * len..(b + 1) * len]
+    }
+
+    /// Row `r`'s code, row-major (for tests and rebuilding).
+    pub fn row(&self, r: usize) -> Vec<u8> {
+        let block = self.block(r / LOOKUP_ROWS);
+        (0..self.m)
+            .map(|s| block[s * LOOKUP_ROWS + r % LOOKUP_ROWS])
+            .collect()
+    }
+
+    /// Bytes held in memory.
+    pub fn size_bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// A query's float table (`m × 256`) quantized to integer levels, with
+/// what turns a level sum back into a lower bound of the float sum.
+#[derive(Debug, Clone)]
+pub struct LookupTable {
+    m: usize,
+    /// `m × 256` levels, each at most [`levels`](Self::levels).
+    levels: Vec<u8>,
+    /// `Σ_s min_s`.
+    offset: f32,
+    /// Float value of one level.
+    step: f32,
+    /// `Σ_s max_c |entry|`, for the rounding slack.
+    magnitude: f32,
+    /// Largest level sum of a row, `m · top level`.
+    level_sum_max: f32,
+}
+
+impl LookupTable {
+    /// Quantizes `table` (`m × 256` float entries, all finite). Levels go
+    /// up to 255, fewer when `m > 257` so that a row's sum fits in u16;
+    /// `None` when `m` is above [`MAX_SCREENED_M`] (too few levels left to
+    /// screen with) or zero.
+    pub fn quantize(table: &[f32], m: usize) -> Option<LookupTable> {
+        if m == 0 || m > MAX_SCREENED_M || table.len() < m * ENTRIES {
+            return None;
+        }
+        Some(quantize_rows(table, m, use_vbmi()))
+    }
+
+    /// `Σ_s min_s`: the bound of a row whose levels are all zero.
+    pub fn offset(&self) -> f32 {
+        self.offset
+    }
+
+    /// Float value of one level.
+    pub fn step(&self) -> f32 {
+        self.step
+    }
+
+    /// The levels, `m × 256`.
+    pub fn levels(&self) -> &[u8] {
+        &self.levels
+    }
+
+    /// How far the float computations may stray from exact arithmetic, for
+    /// rows whose distance is `base + Σ_s entry` with `|base| ≤ base_max`:
+    /// the float sum of `m + 2` terms (at most `(m + 1) u` times the sum of
+    /// magnitudes) plus the few roundings of the bound
+    /// `(base + offset) + step · levels`. Doubled, to spare the proof its
+    /// second-order terms.
+    pub fn slack(&self, base_max: f32) -> f32 {
+        let magnitude = base_max + self.magnitude + self.offset.abs() + self.level_sum_max;
+        2.0 * (self.m as f32 + 8.0) * U * magnitude
+    }
+}
+
+/// The body of [`LookupTable::quantize`]; `wide` uses AVX-512 for the
+/// per-row ranges and levels (the same arithmetic, 16 entries at a time).
+fn quantize_rows(table: &[f32], m: usize, wide: bool) -> LookupTable {
+    let top = (u16::MAX as usize / m).min(255) as f32;
+    let mut mins = Vec::with_capacity(m);
+    let (mut offset, mut widest, mut magnitude) = (0.0f32, 0.0f32, 0.0f32);
+    for row in table.chunks_exact(ENTRIES).take(m) {
+        let (lo, hi) = match wide {
+            // SAFETY: `wide` only where AVX-512 F and BW are (VBMI check);
+            // the row holds 256 entries.
+            #[cfg(target_arch = "x86_64")]
+            true => unsafe { vbmi::row_range(row) },
+            _ => row
+                .iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                    (lo.min(v), hi.max(v))
+                }),
+        };
+        mins.push(lo);
+        offset += lo;
+        widest = widest.max(hi - lo);
+        magnitude += lo.abs().max(hi.abs());
+    }
+    // Positive and normal, so that dividing by it stays in range.
+    let step = (widest / top).max(1e-30);
+    // (v − min) and the products are each within a factor (1 ± u) of the
+    // exact values; shrinking by 4u keeps the result at or below the exact
+    // quotient `(v − min) / step`, so truncating (v − min ≥ 0: a floor)
+    // never rounds a level up past it.
+    let scale = (1.0 / step) * (1.0 - 4.0 * U);
+    let mut levels = vec![0u8; m * ENTRIES];
+    for ((row, out), &lo) in table
+        .chunks_exact(ENTRIES)
+        .zip(levels.chunks_exact_mut(ENTRIES))
+        .zip(&mins)
+    {
+        match wide {
+            // SAFETY: as above; `out` holds 256 bytes.
+            #[cfg(target_arch = "x86_64")]
+            true => unsafe { vbmi::row_levels(row, lo, scale, top, out) },
+            _ => {
+                for (v, l) in row.iter().zip(out) {
+                    *l = ((v - lo) * scale).min(top) as u8;
+                }
+            }
+        }
+    }
+    LookupTable {
+        m,
+        levels,
+        offset,
+        step,
+        magnitude,
+        level_sum_max: step * top * m as f32,
+    }
+}
+
+/// Uses the VBMI screen: AVX-512 chosen by [`Kernel::detect`] and VBMI and
+/// BW present.
+fn use_vbmi() -> bool {
+    static VBMI: OnceLock<bool> = OnceLock::new();
+    *VBMI.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Kernel::detect() == Kernel::Avx512
+                && std::arch::is_x86_feature_detected!("avx512vbmi")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
+/// How level sums are computed; the sums are the same either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LookupKernel {
+    /// AVX-512 VBMI byte permutes, 64 rows per instruction.
+    Vbmi,
+    /// One table load per (row, sub-space).
+    Scalar,
+}
+
+impl LookupKernel {
+    /// The best this CPU supports (`SHOAL_KERNEL` below `avx512` means
+    /// scalar).
+    pub fn detect() -> LookupKernel {
+        if use_vbmi() {
+            LookupKernel::Vbmi
+        } else {
+            LookupKernel::Scalar
+        }
+    }
+
+    /// Every lookup kernel this CPU supports, best first (for tests).
+    pub fn available() -> Vec<LookupKernel> {
+        let mut out = Vec::new();
+        if use_vbmi() {
+            out.push(LookupKernel::Vbmi);
+        }
+        out.push(LookupKernel::Scalar);
+        out
+    }
+}
+
+/// Level sums of block `b`'s 64 rows (padding rows included) into `out`.
+pub fn block_sums(
+    kernel: LookupKernel,
+    table: &LookupTable,
+    codes: &CodeColumns,
+    b: usize,
+    out: &mut [u16; LOOKUP_ROWS],
+) {
+    assert_eq!(table.m, codes.m, "table and codes disagree on m");
+    let block = codes.block(b);
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        LookupKernel::Vbmi if use_vbmi() => {
+            // SAFETY: VBMI and BW are present (checked); `block` holds
+            // m × 64 bytes and the levels m × 256 (asserted above).
+            unsafe { vbmi::block_sums(&table.levels, block, table.m, out) }
+        }
+        _ => scalar_block_sums(&table.levels, block, table.m, out),
+    }
+}
+
+/// Rows `i < row_base.len()` of a block whose lower bound
+/// `((constant + row_base[i]) + offset) + step · sums[i]` is not above
+/// `limit`, as bit `i` of the result: the rows the screen cannot rule out.
+pub fn block_candidates(
+    kernel: LookupKernel,
+    table: &LookupTable,
+    sums: &[u16; LOOKUP_ROWS],
+    constant: f32,
+    row_base: &[f32],
+    limit: f32,
+) -> u64 {
+    let rows = row_base.len().min(LOOKUP_ROWS);
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        LookupKernel::Vbmi if use_vbmi() => {
+            // SAFETY: AVX-512F is present (part of the VBMI check); loads
+            // of `row_base` are masked to its first `rows` entries.
+            unsafe {
+                vbmi::block_candidates(
+                    sums,
+                    &row_base[..rows],
+                    constant,
+                    table.offset,
+                    table.step,
+                    limit,
+                )
+            }
+        }
+        _ => {
+            let mut mask = 0u64;
+            for (i, (&rb, &sum)) in row_base.iter().zip(sums).take(rows).enumerate() {
+                let bound = ((constant + rb) + table.offset) + table.step * sum as f32;
+                if bound <= limit {
+                    mask |= 1 << i;
+                }
+            }
+            mask
+        }
+    }
+}
+
+fn scalar_block_sums(levels: &[u8], block: &[u8], m: usize, out: &mut [u16; LOOKUP_ROWS]) {
+    out.fill(0);
+    for s in 0..m {
+        let t = &levels[s * ENTRIES..(s + 1) * ENTRIES];
+        let codes = &block[s * LOOKUP_ROWS..(s + 1) * LOOKUP_ROWS];
+        for (o, &c) in out.iter_mut().zip(codes) {
+            *o += t[c as usize] as u16;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vbmi {
+    use super::{ENTRIES, LOOKUP_ROWS};
+    use std::arch::x86_64::*;
+
+    /// Least and greatest of a sub-space's 256 entries.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F; `row` holds 256 floats.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn row_range(row: &[f32]) -> (f32, f32) {
+        debug_assert!(row.len() >= ENTRIES);
+        let mut lo = _mm512_set1_ps(f32::INFINITY);
+        let mut hi = _mm512_set1_ps(f32::NEG_INFINITY);
+        for k in 0..ENTRIES / 16 {
+            // SAFETY: in bounds (caller).
+            let v = unsafe { _mm512_loadu_ps(row.as_ptr().add(k * 16)) };
+            lo = _mm512_min_ps(lo, v);
+            hi = _mm512_max_ps(hi, v);
+        }
+        (_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi))
+    }
+
+    /// `out[c] = min((row[c] − lo) · scale, top)` truncated to a byte, as
+    /// the scalar loop computes it.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F; `row` holds 256 floats and `out` 256
+    /// bytes.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn row_levels(row: &[f32], lo: f32, scale: f32, top: f32, out: &mut [u8]) {
+        debug_assert!(row.len() >= ENTRIES && out.len() >= ENTRIES);
+        let (lo, scale, top) = (
+            _mm512_set1_ps(lo),
+            _mm512_set1_ps(scale),
+            _mm512_set1_ps(top),
+        );
+        for k in 0..ENTRIES / 16 {
+            // SAFETY: in bounds (caller).
+            unsafe {
+                let v = _mm512_loadu_ps(row.as_ptr().add(k * 16));
+                let x = _mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(v, lo), scale), top);
+                let bytes = _mm512_cvtepi32_epi8(_mm512_cvttps_epu32(x));
+                _mm_storeu_si128(out.as_mut_ptr().add(k * 16) as *mut __m128i, bytes);
+            }
+        }
+    }
+
+    /// [`super::block_candidates`] 16 rows at a time: the same adds and
+    /// multiply, each rounded alone.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F; `row_base` holds at most 64 entries.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn block_candidates(
+        sums: &[u16; LOOKUP_ROWS],
+        row_base: &[f32],
+        constant: f32,
+        offset: f32,
+        step: f32,
+        limit: f32,
+    ) -> u64 {
+        let rows = row_base.len();
+        debug_assert!(rows <= LOOKUP_ROWS);
+        let (constant, offset) = (_mm512_set1_ps(constant), _mm512_set1_ps(offset));
+        let (step, limit) = (_mm512_set1_ps(step), _mm512_set1_ps(limit));
+        let mut mask = 0u64;
+        for k in 0..rows.div_ceil(16) {
+            let valid: __mmask16 = if rows >= (k + 1) * 16 {
+                0xffff
+            } else {
+                (1u16 << (rows - k * 16)) - 1
+            };
+            // SAFETY: the load touches only the `valid` entries of
+            // `row_base`; `sums` holds 64 entries.
+            unsafe {
+                let rb = _mm512_maskz_loadu_ps(valid, row_base.as_ptr().add(k * 16));
+                let s = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                    sums.as_ptr().add(k * 16) as *const __m256i,
+                )));
+                let bound = _mm512_add_ps(
+                    _mm512_add_ps(_mm512_add_ps(constant, rb), offset),
+                    _mm512_mul_ps(step, s),
+                );
+                let keep = _mm512_mask_cmp_ps_mask::<_CMP_LE_OQ>(valid, bound, limit);
+                mask |= (keep as u64) << (k * 16);
+            }
+        }
+        mask
+    }
+
+    /// # Safety
+    /// The CPU supports AVX-512 BW and VBMI; `levels` holds `m × 256` bytes
+    /// and `block` `m × 64`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+    pub unsafe fn block_sums(levels: &[u8], block: &[u8], m: usize, out: &mut [u16; LOOKUP_ROWS]) {
+        debug_assert!(levels.len() >= m * ENTRIES && block.len() >= m * LOOKUP_ROWS);
+        let zero = _mm512_setzero_si512();
+        // unpacklo/hi interleave within 128-bit lanes: `lo` holds rows
+        // 16j..16j+8 of each lane j, `hi` rows 16j+8..16j+16.
+        let mut lo = zero;
+        let mut hi = zero;
+        let t = levels.as_ptr();
+        let c = block.as_ptr();
+        for s in 0..m {
+            // SAFETY: in bounds by the caller's lengths.
+            unsafe {
+                let idx = _mm512_loadu_si512(c.add(s * LOOKUP_ROWS) as *const _);
+                let base = t.add(s * ENTRIES);
+                let t0 = _mm512_loadu_si512(base as *const _);
+                let t1 = _mm512_loadu_si512(base.add(64) as *const _);
+                let t2 = _mm512_loadu_si512(base.add(128) as *const _);
+                let t3 = _mm512_loadu_si512(base.add(192) as *const _);
+                // Bits 0..6 pick among 128 entries; bit 7 picks the half.
+                let low = _mm512_permutex2var_epi8(t0, idx, t1);
+                let high = _mm512_permutex2var_epi8(t2, idx, t3);
+                let v = _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), low, high);
+                lo = _mm512_add_epi16(lo, _mm512_unpacklo_epi8(v, zero));
+                hi = _mm512_add_epi16(hi, _mm512_unpackhi_epi8(v, zero));
+            }
+        }
+        let mut l = [0u16; 32];
+        let mut h = [0u16; 32];
+        // SAFETY: 64-byte stores into 32 × u16 arrays.
+        unsafe {
+            _mm512_storeu_si512(l.as_mut_ptr() as *mut _, lo);
+            _mm512_storeu_si512(h.as_mut_ptr() as *mut _, hi);
+        }
+        for lane in 0..4 {
+            for i in 0..8 {
+                out[lane * 16 + i] = l[lane * 8 + i];
+                out[lane * 16 + 8 + i] = h[lane * 8 + i];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: &mut u64) -> u64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *seed >> 33
+    }
+
+    #[test]
+    fn columns_round_trip_rows() {
+        let mut seed = 7;
+        for (m, rows) in [(1, 1), (3, 63), (8, 64), (5, 65), (48, 200)] {
+            let codes: Vec<u8> = (0..m * rows).map(|_| lcg(&mut seed) as u8).collect();
+            let cols = CodeColumns::from_rows(m, &codes).unwrap();
+            assert_eq!(cols.len(), rows);
+            for r in 0..rows {
+                assert_eq!(cols.row(r), codes[r * m..(r + 1) * m]);
+            }
+        }
+        assert!(CodeColumns::from_rows(3, &[0; 4]).is_none());
+        assert!(CodeColumns::from_rows(0, &[]).is_none());
+    }
+
+    /// Every kernel gives the same sums, equal to summing levels row by row.
+    #[test]
+    fn kernels_agree_with_a_row_by_row_sum() {
+        let mut seed = 11;
+        for (m, rows) in [(1, 10), (4, 64), (16, 130), (48, 100), (300, 70), (1024, 3)] {
+            let codes: Vec<u8> = (0..m * rows).map(|_| lcg(&mut seed) as u8).collect();
+            let table: Vec<f32> = (0..m * ENTRIES)
+                .map(|_| (lcg(&mut seed) % 10_000) as f32 / 37.0 - 100.0)
+                .collect();
+            let lut = LookupTable::quantize(&table, m).unwrap();
+            let cols = CodeColumns::from_rows(m, &codes).unwrap();
+            for kernel in LookupKernel::available() {
+                let mut sums = [0u16; LOOKUP_ROWS];
+                for b in 0..cols.block_count() {
+                    block_sums(kernel, &lut, &cols, b, &mut sums);
+                    for (i, &got) in sums.iter().enumerate() {
+                        let r = b * LOOKUP_ROWS + i;
+                        let want: u32 = if r < rows {
+                            codes[r * m..(r + 1) * m]
+                                .iter()
+                                .enumerate()
+                                .map(|(s, &c)| lut.levels[s * ENTRIES + c as usize] as u32)
+                                .sum()
+                        } else {
+                            (0..m).map(|s| lut.levels[s * ENTRIES] as u32).sum()
+                        };
+                        assert_eq!(got as u32, want, "{kernel:?} m {m} row {r}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 quantizer gives the scalar one's levels, and both
+    /// candidate kernels the scalar bound's rows, for partial blocks too.
+    #[test]
+    fn wide_and_scalar_quantizers_and_bounds_agree() {
+        let mut seed = 3;
+        for m in [1usize, 5, 48, 300] {
+            let table: Vec<f32> = (0..m * ENTRIES)
+                .map(|_| (lcg(&mut seed) % 100_000) as f32 / 77.0 - 600.0)
+                .collect();
+            let narrow = quantize_rows(&table, m, false);
+            if use_vbmi() {
+                let wide = quantize_rows(&table, m, true);
+                assert_eq!(wide.levels, narrow.levels, "m {m}");
+                assert_eq!(wide.offset.to_bits(), narrow.offset.to_bits());
+                assert_eq!(wide.step.to_bits(), narrow.step.to_bits());
+            }
+            let mut sums = [0u16; LOOKUP_ROWS];
+            for s in sums.iter_mut() {
+                *s = (lcg(&mut seed) % (m as u64 * 255 + 1)) as u16;
+            }
+            let bases: Vec<f32> = (0..LOOKUP_ROWS)
+                .map(|_| (lcg(&mut seed) % 1000) as f32 / 9.0)
+                .collect();
+            for rows in [1, 15, 16, 17, 40, 64] {
+                let limit = narrow.offset + narrow.step * (m as f32 * 128.0) + 50.0;
+                let want = block_candidates(
+                    LookupKernel::Scalar,
+                    &narrow,
+                    &sums,
+                    -3.0,
+                    &bases[..rows],
+                    limit,
+                );
+                if rows == LOOKUP_ROWS {
+                    // The limit splits the block: both outcomes are tested.
+                    assert!(want != 0 && want != u64::MAX, "m {m}: {want:x}");
+                }
+                assert_eq!(want.checked_shr(rows as u32).unwrap_or(0), 0);
+                for kernel in LookupKernel::available() {
+                    let got = block_candidates(kernel, &narrow, &sums, -3.0, &bases[..rows], limit);
+                    assert_eq!(got, want, "{kernel:?} m {m} rows {rows}");
+                }
+            }
+        }
+    }
+
+    /// `offset + step · Σ levels` never exceeds the exact sum of entries,
+    /// and the gap is at most `m` steps.
+    #[test]
+    fn level_sums_bound_the_float_sum_from_below() {
+        let mut seed = 5;
+        for m in [1usize, 7, 32, 48] {
+            let table: Vec<f32> = (0..m * ENTRIES)
+                .map(|_| {
+                    let x = (lcg(&mut seed) % 1_000_000) as f32 / 1e3 - 500.0;
+                    if lcg(&mut seed).is_multiple_of(5) {
+                        x * 1e-3
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            let lut = LookupTable::quantize(&table, m).unwrap();
+            for _ in 0..2_000 {
+                let code: Vec<usize> = (0..m).map(|_| (lcg(&mut seed) % 256) as usize).collect();
+                let exact: f64 = code
+                    .iter()
+                    .enumerate()
+                    .map(|(s, &c)| table[s * ENTRIES + c] as f64)
+                    .sum();
+                let levels: u64 = code
+                    .iter()
+                    .enumerate()
+                    .map(|(s, &c)| lut.levels[s * ENTRIES + c] as u64)
+                    .sum();
+                let mins: f64 = (0..m)
+                    .map(|s| {
+                        table[s * ENTRIES..(s + 1) * ENTRIES]
+                            .iter()
+                            .fold(f64::INFINITY, |a, &v| a.min(v as f64))
+                    })
+                    .sum();
+                let bound = mins + lut.step as f64 * levels as f64;
+                assert!(bound <= exact, "m {m}: bound {bound} above {exact}");
+                assert!(exact - bound <= m as f64 * lut.step as f64 * 1.001 + 1e-3);
+            }
+        }
+    }
+
+    /// A table whose sub-spaces are constant quantizes to level zero.
+    #[test]
+    fn flat_tables_quantize_to_zero() {
+        let table = vec![3.5f32; 2 * ENTRIES];
+        let lut = LookupTable::quantize(&table, 2).unwrap();
+        assert!(lut.levels.iter().all(|&l| l == 0));
+        assert_eq!(lut.offset(), 7.0);
+        assert!(lut.step() > 0.0);
+    }
+}
