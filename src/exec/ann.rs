@@ -219,35 +219,86 @@ pub fn scan_pq_partition(
     ))
 }
 
-/// Distances of `nq` queries (row-major `qrows`, with `qnorms`) to every row
-/// of flat or SQ partition `p` of `seg`, through the dot kernel, written to
-/// `out[j * stride + r]`; returns the stride. (PQ partitions go through
-/// [`scan_pq_partition`].)
+/// Queries as a flat or SQ segment's partitions are scored with, once per
+/// (query, segment) instead of per partition: for IVF_FLAT the prepared
+/// rows; for IVF_SQ each row times the quantizer's steps, with `q·min` to
+/// add back (`q·x = q·min + Σ_j (q_j step_j) code_j`, see `kernel::codes`).
+pub struct KernelQueries {
+    dim: usize,
+    rows: Vec<f32>,
+    norms: Vec<f32>,
+    offsets: Vec<f32>,
+}
+
+impl KernelQueries {
+    /// Queries `ids` of `queries` (prepared for the metric) for `seg`, in
+    /// `ids` order.
+    pub fn new(seg: &LoadedSegment, queries: &PreparedQueries, ids: &[usize]) -> KernelQueries {
+        let dim = queries.dim;
+        let mut rows = Vec::with_capacity(ids.len() * dim);
+        let mut offsets = Vec::new();
+        for &qi in ids {
+            let q = queries.row(qi);
+            match &seg.model.sq {
+                Some(sq) => {
+                    rows.extend(q.iter().zip(&sq.step).map(|(a, s)| a * s));
+                    offsets.push(fma_dot(q, &sq.min));
+                }
+                None => rows.extend_from_slice(q),
+            }
+        }
+        KernelQueries {
+            dim,
+            rows,
+            norms: ids.iter().map(|&qi| queries.norms_sq[qi]).collect(),
+            offsets,
+        }
+    }
+
+    /// Query `j`'s row as the kernel multiplies it.
+    pub fn row(&self, j: usize) -> &[f32] {
+        &self.rows[j * self.dim..(j + 1) * self.dim]
+    }
+
+    /// Query `j`'s ‖q‖².
+    pub fn norm(&self, j: usize) -> f32 {
+        self.norms[j]
+    }
+
+    /// Query `j`'s `q·min` (SQ), or nothing (flat).
+    pub fn offset(&self, j: usize) -> Option<f32> {
+        self.offsets.get(j).copied()
+    }
+}
+
+/// Distances of `nq` queries to every row of flat or SQ partition `p`
+/// (of a segment), through the dot kernel, written to `out[j * stride + r]`; returns
+/// the stride. The queries come as [`KernelQueries`] gives them: rows
+/// (row-major `qrows`), norms and, for SQ, offsets. (PQ partitions go
+/// through [`scan_pq_partition`].)
+#[allow(clippy::too_many_arguments)]
 pub fn score_partition(
-    seg: &LoadedSegment,
     p: u32,
     part: &Partition,
     metric: Metric,
     qrows: &[f32],
     qnorms: &[f32],
+    qoffsets: &[f32],
     out: &mut Vec<f32>,
 ) -> Result<usize> {
     let nq = qnorms.len();
-    let dim = seg.model.dim;
     match &part.payload {
-        Payload::Sq { codes, quantizer } => {
-            // q·x = q·min + Σ_j (q_j step_j) code_j: the query takes the
-            // steps, the codes stay 8-bit (see `kernel::codes`).
+        Payload::Sq { codes, .. } => {
+            if qoffsets.len() != nq {
+                return Err(Error::Internal(format!(
+                    "partition {p}: SQ scores need q·min for every query"
+                )));
+            }
             let stride = codes.block_count() * BLOCK;
             out.resize(nq * stride, 0.0);
-            let scaled: Vec<f32> = qrows
-                .chunks_exact(dim)
-                .flat_map(|q| q.iter().zip(&quantizer.step).map(|(a, s)| a * s))
-                .collect();
-            dot_code_blocks(Kernel::detect(), &scaled, codes, out);
+            dot_code_blocks(Kernel::detect(), qrows, codes, out);
             let norms = codes.norms_sq();
-            for (j, qn) in qnorms.iter().enumerate() {
-                let q_min = fma_dot(&qrows[j * dim..(j + 1) * dim], &quantizer.min);
+            for (j, (qn, q_min)) in qnorms.iter().zip(qoffsets).enumerate() {
                 for (d, xn) in out[j * stride..j * stride + codes.len()]
                     .iter_mut()
                     .zip(norms)
@@ -402,6 +453,7 @@ fn search_one(
     let mut scores = Vec::new();
     for seg in &view.segments {
         let pq = PqQuery::new(seg, batch.metric, q);
+        let mut kernel_queries = None;
         let (min, limit, adaptive) = match batch.options.nprobes {
             Nprobes::Fixed(n) => (n, n, false),
             Nprobes::Adaptive { min, max } => (min, max, true),
@@ -430,7 +482,18 @@ fn search_one(
                 profile.rows_rescored +=
                     scan_pq_partition(seg, p, &part, batch.metric, q, pq, masks, &mut heap)? as u64;
             } else {
-                score_partition(seg, p, &part, batch.metric, q, &[qn], &mut scores)?;
+                let kq = kernel_queries
+                    .get_or_insert_with(|| KernelQueries::new(seg, &one.queries, &[0]));
+                let offset = kq.offset(0);
+                score_partition(
+                    p,
+                    &part,
+                    batch.metric,
+                    kq.row(0),
+                    &[qn],
+                    offset.as_slice(),
+                    &mut scores,
+                )?;
                 push_scored(&scores[..part.len()], &part.row_ids, masks, &mut heap);
             }
             if adaptive {

@@ -22,8 +22,8 @@
 
 use crate::error::{Error, Result};
 use crate::exec::ann::{
-    push_scored, rank_partitions, scan_pq_partition, score_partition, unindexed, IndexView, Masks,
-    PqQuery,
+    push_scored, rank_partitions, scan_pq_partition, score_partition, unindexed, IndexView,
+    KernelQueries, Masks, PqQuery,
 };
 use crate::exec::exact::{self, RowMask};
 use crate::exec::profile::{ms_since, Profile};
@@ -183,12 +183,15 @@ fn scan_partition_major(
         .iter()
         .map(|&p| seg.partition_rows(p) * probers[p as usize].len())
         .sum();
+    let all: Vec<usize> = (0..n).collect();
+    let kq = KernelQueries::new(seg, &batch.queries, &all);
     let next = AtomicUsize::new(0);
     let parts = view
         .pool
         .run(threads_for(view, n, work, units.len()), |_| {
             let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.depth(i))).collect();
-            let (mut qrows, mut qnorms, mut scores) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut qrows, mut qnorms, mut qoffsets, mut scores) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
                 view.cancel.check()?;
                 let part = loads.fetch(seg, p, view)?;
@@ -196,12 +199,21 @@ fn scan_partition_major(
                 for group in qs.chunks(QUERY_GROUP) {
                     qrows.clear();
                     qnorms.clear();
+                    qoffsets.clear();
                     for &qi in group {
-                        qrows.extend_from_slice(batch.queries.row(qi));
-                        qnorms.push(batch.queries.norms_sq[qi]);
+                        qrows.extend_from_slice(kq.row(qi));
+                        qnorms.push(kq.norm(qi));
+                        qoffsets.extend(kq.offset(qi));
                     }
-                    let stride =
-                        score_partition(seg, p, &part, batch.metric, &qrows, &qnorms, &mut scores)?;
+                    let stride = score_partition(
+                        p,
+                        &part,
+                        batch.metric,
+                        &qrows,
+                        &qnorms,
+                        &qoffsets,
+                        &mut scores,
+                    )?;
                     for (j, &qi) in group.iter().enumerate() {
                         push_scored(
                             &scores[j * stride..j * stride + part.len()],
