@@ -299,12 +299,8 @@ pub fn score_partition(
             dot_code_blocks(Kernel::detect(), qrows, codes, out);
             let norms = codes.norms_sq();
             for (j, (qn, q_min)) in qnorms.iter().zip(qoffsets).enumerate() {
-                for (d, xn) in out[j * stride..j * stride + codes.len()]
-                    .iter_mut()
-                    .zip(norms)
-                {
-                    *d = metric.finish(q_min + *d, *qn, *xn);
-                }
+                let dots = &mut out[j * stride..j * stride + codes.len()];
+                metric.finish_all(dots, Some(*q_min), *qn, norms);
             }
             Ok(stride)
         }
@@ -315,9 +311,7 @@ pub fn score_partition(
             dot_blocks(Kernel::detect(), qrows, v, 0..nb, out);
             let norms = v.norms_sq();
             for (j, qn) in qnorms.iter().enumerate() {
-                for (d, xn) in out[j * stride..j * stride + v.len()].iter_mut().zip(norms) {
-                    *d = metric.finish(*d, *qn, *xn);
-                }
+                metric.finish_all(&mut out[j * stride..j * stride + v.len()], None, *qn, norms);
             }
             Ok(stride)
         }
@@ -332,16 +326,27 @@ pub fn score_partition(
 /// comes first and the mask is looked up only for rows that could enter.
 #[inline]
 pub fn push_scored(dists: &[f32], row_ids: &[u64], masks: &Masks, heap: &mut TopK) {
+    const CHUNK: usize = 16;
     let mut bound = heap.threshold();
-    for (d, &row_id) in dists.iter().zip(row_ids) {
-        if bound.is_some_and(|b| d.total_cmp(&b).is_gt()) || !masks.allows(row_id) {
-            continue;
+    for (ds, ids) in dists.chunks(CHUNK).zip(row_ids.chunks(CHUNK)) {
+        // One branch-free compare over the chunk first: once the heap is
+        // full, most chunks hold no row that could enter. (`<=` also lets
+        // -0.0 through against +0.0; the exact test below decides.)
+        if let Some(b) = bound {
+            if !ds.iter().fold(false, |any, &d| any | (d <= b)) {
+                continue;
+            }
         }
-        heap.push(Candidate {
-            distance: *d,
-            row_id,
-        });
-        bound = heap.threshold();
+        for (d, &row_id) in ds.iter().zip(ids) {
+            if bound.is_some_and(|b| d.total_cmp(&b).is_gt()) || !masks.allows(row_id) {
+                continue;
+            }
+            heap.push(Candidate {
+                distance: *d,
+                row_id,
+            });
+            bound = heap.threshold();
+        }
     }
 }
 
