@@ -10,6 +10,7 @@ mod fuzz;
 mod http;
 mod ingest;
 mod ivf;
+mod real_data;
 mod session;
 mod shared;
 mod storage;
