@@ -3,9 +3,10 @@
 //! The pieces here are shared by every path that touches an index, so that
 //! a (query, row) distance is computed by the same code whichever path asks:
 //! [`rank_partitions`] (one kernel call for any number of queries),
-//! [`score_partition`] (flat/SQ through the dot kernel, PQ through lookup
-//! tables), [`push_scored`] (mask check and heap push) and [`refine`]
-//! (exact rerank). [`search_per_query`] is the reference single-query path:
+//! [`score_partition`] (flat/SQ through the dot kernel) with
+//! [`push_scored`] (bound test, mask check and heap push),
+//! [`scan_pq_partition`] (PQ: quantized-table screen, then float lookup
+//! tables into the heap) and [`refine`] (exact rerank). [`search_per_query`] is the reference single-query path:
 //! each query ranks centroids, probes its partitions, merges segments and
 //! the exact scan of unindexed fragments, on its own.
 
@@ -272,8 +273,8 @@ impl KernelQueries {
 }
 
 /// Distances of `nq` queries to every row of flat or SQ partition `p`
-/// (of a segment), through the dot kernel, written to `out[j * stride + r]`; returns
-/// the stride. The queries come as [`KernelQueries`] gives them: rows
+/// (of a segment), through the dot kernel, written to
+/// `out[j * stride + r]`; returns the stride. The queries come as [`KernelQueries`] gives them: rows
 /// (row-major `qrows`), norms and, for SQ, offsets. (PQ partitions go
 /// through [`scan_pq_partition`].)
 #[allow(clippy::too_many_arguments)]

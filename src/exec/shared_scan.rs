@@ -9,16 +9,18 @@
 //!   its queries in kernel calls of up to 16 queries (the register tiles
 //!   reuse each loaded vector across queries — the compute win).
 //! * IVF_PQ, in blocks of 64 queries: the block's distinct partitions are
-//!   fetched once, then scored query by query, so each query's lookup table
-//!   stays in L1 while its partitions stream past (a table lookup per code
-//!   byte gains nothing from sharing; the load does).
+//!   fetched once, then scanned query by query ([`scan_pq_partition`]: the
+//!   quantized-table screen, the float table for the rows it cannot rule
+//!   out), so each query's tables stay in L1 while its partitions stream
+//!   past (a table lookup per code byte gains nothing from sharing; the
+//!   load does).
 //!
 //! Work is shared out to the scan threads through an atomic counter; each
 //! thread keeps its own heaps and scratch, merged at the end, so there is no
 //! lock on the hot path. Unindexed fragments get one exact pass for the
 //! whole batch. Every (query, row) distance comes from the same functions as
-//! in the single-query path ([`score_partition`]), so each query's top-k is
-//! identical to what it gets alone.
+//! in the single-query path ([`score_partition`], [`scan_pq_partition`]),
+//! so each query's top-k is identical to what it gets alone.
 
 use crate::error::{Error, Result};
 use crate::exec::ann::{
