@@ -6,9 +6,10 @@
 //! [`score_partition`] (flat/SQ through the dot kernel) with
 //! [`push_scored`] (bound test, mask check and heap push),
 //! [`scan_pq_partition`] (PQ: quantized-table screen, then float lookup
-//! tables into the heap) and [`refine`] (exact rerank). [`search_per_query`] is the reference single-query path:
-//! each query ranks centroids, probes its partitions, merges segments and
-//! the exact scan of unindexed fragments, on its own.
+//! tables into the heap) and [`refine`] (exact rerank).
+//! [`search_per_query`] is the reference single-query path: each query
+//! ranks centroids, probes its partitions, merges segments and the exact
+//! scan of unindexed fragments, on its own.
 
 use crate::error::{Error, Result};
 use crate::exec::cancel::CancelToken;
@@ -274,9 +275,9 @@ impl KernelQueries {
 
 /// Distances of `nq` queries to every row of flat or SQ partition `p`
 /// (of a segment), through the dot kernel, written to
-/// `out[j * stride + r]`; returns the stride. The queries come as [`KernelQueries`] gives them: rows
-/// (row-major `qrows`), norms and, for SQ, offsets. (PQ partitions go
-/// through [`scan_pq_partition`].)
+/// `out[j * stride + r]`; returns the stride. The queries come as
+/// [`KernelQueries`] gives them: rows (row-major `qrows`), norms and, for
+/// SQ, offsets. (PQ partitions go through [`scan_pq_partition`].)
 #[allow(clippy::too_many_arguments)]
 pub fn score_partition(
     p: u32,
@@ -331,10 +332,11 @@ pub fn push_scored(dists: &[f32], row_ids: &[u64], masks: &Masks, heap: &mut Top
     let mut bound = heap.threshold();
     for (ds, ids) in dists.chunks(CHUNK).zip(row_ids.chunks(CHUNK)) {
         // One branch-free compare over the chunk first: once the heap is
-        // full, most chunks hold no row that could enter. (`<=` also lets
-        // -0.0 through against +0.0; the exact test below decides.)
+        // full, most chunks hold no row that could enter. (This also
+        // lets -0.0 through against +0.0, and NaN; the exact test below
+        // decides.)
         if let Some(b) = bound {
-            if !ds.iter().fold(false, |any, &d| any | (d <= b)) {
+            if !ds.iter().fold(false, |any, &d| any | (d <= b) | d.is_nan()) {
                 continue;
             }
         }

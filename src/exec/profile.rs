@@ -28,7 +28,8 @@ pub struct Profile {
     /// (query, row) pairs in the partitions and fragments scanned.
     pub rows_scored: u64,
     /// Of those, in IVF_PQ partitions, the pairs scored with the float
-    /// table because the quantized screen could not rule them out.
+    /// table: the quantized screen could not rule them out, or the heap
+    /// had no threshold yet to screen against.
     pub rows_rescored: u64,
     /// Time ranking centroids.
     pub rank_ms: f64,
@@ -50,7 +51,7 @@ impl Profile {
         s.push_str(&format!(
             "\nqueries {}  prefilter builds {} ({:.2} ms)\n\
              (query, partition) pairs {}  distinct partitions {}  cache hits {} misses {}  bytes read {}\n\
-             rows scored {} (PQ rows past the screen {})\n\
+             rows scored {} (PQ rows scored with the float table {})\n\
              time: rank {:.2} ms  scan {:.2} ms  merge {:.2} ms  materialise {:.2} ms",
             self.queries,
             self.prefilter_builds,

@@ -265,6 +265,8 @@ pub trait ScanSink {
 /// threshold by more than the rounding slack cannot enter and are not
 /// scored. The sink receives exactly the rows (and float distances) that
 /// scoring every row would give it; returns how many rows were scored.
+/// `row_base_max` must be at least every `|row_base[r]|` (the slack is
+/// sized from it; a smaller value would break that promise).
 #[allow(clippy::too_many_arguments)]
 pub fn scan_codes(
     table: &[f32],
@@ -280,7 +282,7 @@ pub fn scan_codes(
     let mut sums = [0u16; LOOKUP_ROWS];
     let slack = screen.map_or(0.0, |l| l.slack(constant.abs() + row_base_max));
     // A row is skipped when its bound is above `t + slack + 4u|t|` (the
-    // last term covers rounding `t` itself and the sum).
+    // last term covers rounding the sum `t + slack`).
     let limit_of = |t: f32| t + (slack + 2.0 * f32::EPSILON * t.abs());
     let mut scored = 0;
     for b in 0..codes.block_count() {

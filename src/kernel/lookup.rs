@@ -130,7 +130,17 @@ impl LookupTable {
         if m == 0 || m > MAX_SCREENED_M || table.len() < m * ENTRIES {
             return None;
         }
-        Some(quantize_rows(table, m, use_vbmi()))
+        // The bound's argument needs finite values; a table that is not
+        // (only a damaged model could give one), or whose sums would
+        // overflow, is scored without a screen.
+        if !table[..m * ENTRIES].iter().all(|v| v.is_finite()) {
+            return None;
+        }
+        let lut = quantize_rows(table, m, use_vbmi());
+        [lut.offset, lut.step, lut.magnitude, lut.level_sum_max]
+            .iter()
+            .all(|v| v.is_finite())
+            .then_some(lut)
     }
 
     /// `Σ_s min_s`: the bound of a row whose levels are all zero.
@@ -161,8 +171,10 @@ impl LookupTable {
 }
 
 /// The body of [`LookupTable::quantize`]; `wide` uses AVX-512 for the
-/// per-row ranges and levels (the same arithmetic, 16 entries at a time).
+/// per-row ranges and levels (the same arithmetic, 16 entries at a time)
+/// where the CPU has it, and is ignored elsewhere.
 fn quantize_rows(table: &[f32], m: usize, wide: bool) -> LookupTable {
+    let wide = wide && use_vbmi();
     let top = (u16::MAX as usize / m).min(255) as f32;
     let mut mins = Vec::with_capacity(m);
     let (mut offset, mut widest, mut magnitude) = (0.0f32, 0.0f32, 0.0f32);
@@ -622,6 +634,20 @@ mod tests {
                 assert!(exact - bound <= m as f64 * lut.step as f64 * 1.001 + 1e-3);
             }
         }
+    }
+
+    /// A table holding a non-finite entry gets no screen (its rows are
+    /// all scored), nor does an empty or too wide one.
+    #[test]
+    fn tables_that_cannot_be_bounded_get_no_screen() {
+        let mut table = vec![1.0f32; 3 * ENTRIES];
+        table[300] = f32::INFINITY;
+        assert!(LookupTable::quantize(&table, 3).is_none());
+        table[300] = f32::NAN;
+        assert!(LookupTable::quantize(&table, 3).is_none());
+        assert!(LookupTable::quantize(&[], 0).is_none());
+        let wide = vec![0.5f32; (MAX_SCREENED_M + 1) * ENTRIES];
+        assert!(LookupTable::quantize(&wide, MAX_SCREENED_M + 1).is_none());
     }
 
     /// A table whose sub-spaces are constant quantizes to level zero.
