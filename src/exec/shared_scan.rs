@@ -35,7 +35,7 @@ use crate::kernel::Kernel;
 use crate::query::{Nprobes, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Queries per block of a PQ segment's scan.
@@ -284,6 +284,12 @@ fn scan_pq_block(
         partitions[i] = Some(part);
     }
     // Score: queries shared out to the threads, each with its table hot.
+    // Each query's heap so far (from earlier segments) goes with it, so the
+    // screen starts from its threshold instead of an empty heap.
+    let carried: Vec<Mutex<TopK>> = heaps[block.clone()]
+        .iter_mut()
+        .map(|h| Mutex::new(std::mem::replace(h, TopK::new(0))))
+        .collect();
     let next = AtomicUsize::new(block.start);
     let scored = view.pool.run(threads, |_| {
         let mut out = Vec::new();
@@ -292,7 +298,10 @@ fn scan_pq_block(
             let q = batch.queries.row(qi);
             let pq = PqQuery::new(seg, batch.metric, q)
                 .ok_or_else(|| Error::Internal("PQ scan of a segment without PQ".into()))?;
-            let mut heap = TopK::new(batch.depth(qi));
+            let mut heap = match carried[qi - block.start].lock() {
+                Ok(mut h) => std::mem::replace(&mut *h, TopK::new(0)),
+                Err(_) => return Err(Error::Internal("a scan thread panicked".into())),
+            };
             for &p in &ranked[qi] {
                 view.cancel.check()?;
                 let part = partitions[slot[p as usize]]
@@ -308,7 +317,7 @@ fn scan_pq_block(
         Ok(out)
     })?;
     for (qi, heap) in scored.into_iter().flatten() {
-        heaps[qi].merge(heap);
+        heaps[qi] = heap;
     }
     Ok(())
 }
