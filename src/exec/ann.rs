@@ -331,21 +331,25 @@ pub fn push_scored(dists: &[f32], row_ids: &[u64], masks: &Masks, heap: &mut Top
     const CHUNK: usize = 16;
     let mut bound = heap.threshold();
     for (ds, ids) in dists.chunks(CHUNK).zip(row_ids.chunks(CHUNK)) {
-        // One branch-free compare over the chunk first: once the heap is
-        // full, most chunks hold no row that could enter. (This also
-        // lets -0.0 through against +0.0, and NaN; the exact test below
-        // decides.)
-        if let Some(b) = bound {
-            if !ds.iter().fold(false, |any, &d| any | (d <= b) | d.is_nan()) {
-                continue;
-            }
-        }
-        for (d, &row_id) in ds.iter().zip(ids) {
+        // One branch-free compare over the chunk first, as a bit per row:
+        // once the heap is full, most rows cannot enter and are passed over
+        // without touching their ids. (The compare also lets -0.0 through
+        // against +0.0, and NaN; the exact test below decides.)
+        let mut maybe = match bound {
+            Some(b) => ds.iter().enumerate().fold(0u32, |m, (i, &d)| {
+                m | ((((d <= b) | d.is_nan()) as u32) << i)
+            }),
+            None => u32::MAX >> (32 - ds.len()),
+        };
+        while maybe != 0 {
+            let i = maybe.trailing_zeros() as usize;
+            maybe &= maybe - 1;
+            let (d, row_id) = (ds[i], ids[i]);
             if bound.is_some_and(|b| d.total_cmp(&b).is_gt()) || !masks.allows(row_id) {
                 continue;
             }
             heap.push(Candidate {
-                distance: *d,
+                distance: d,
                 row_id,
             });
             bound = heap.threshold();
