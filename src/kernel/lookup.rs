@@ -109,7 +109,8 @@ impl CodeColumns {
 #[derive(Debug, Clone)]
 pub struct LookupTable {
     m: usize,
-    /// `m × 256` levels, each at most [`levels`](Self::levels).
+    /// `m × 256` levels, each at most the top level (255; fewer when
+    /// `m > 257`).
     levels: Vec<u8>,
     /// `Σ_s min_s`.
     offset: f32,
@@ -122,10 +123,10 @@ pub struct LookupTable {
 }
 
 impl LookupTable {
-    /// Quantizes `table` (`m × 256` float entries, all finite). Levels go
-    /// up to 255, fewer when `m > 257` so that a row's sum fits in u16;
-    /// `None` when `m` is above [`MAX_SCREENED_M`] (too few levels left to
-    /// screen with) or zero.
+    /// Quantizes `table` (`m × 256` float entries). Levels go up to 255,
+    /// fewer when `m > 257` so that a row's sum fits in u16; `None` when `m`
+    /// is zero or above [`MAX_SCREENED_M`] (too few levels left to screen
+    /// with), or an entry or a derived sum is not finite.
     pub fn quantize(table: &[f32], m: usize) -> Option<LookupTable> {
         if m == 0 || m > MAX_SCREENED_M || table.len() < m * ENTRIES {
             return None;
