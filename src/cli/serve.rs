@@ -37,6 +37,7 @@ pub fn run_serve(data_dir: &Path, listen: Option<String>, mut config: Config) ->
             .map_err(|e| Error::Internal(format!("no local address: {e}")))?;
         let engine = Engine::start(config, data_dir)?;
         let names = engine.dataset_names().await?;
+        let stop = stop_signal()?;
         println!(
             "shoal serving {} ({}) on http://{address}",
             data_dir.display(),
@@ -49,33 +50,42 @@ pub fn run_serve(data_dir: &Path, listen: Option<String>, mut config: Config) ->
                 "  curl -s http://{address}/v1/datasets/demo/search -H 'content-type: application/json' \\\n    -d \"{{\\\"vector\\\": $(python3 -c 'print([0.5]*{DEMO_DIM})'), \\\"k\\\": 5, \\\"filter\\\": \\\"len < 20\\\", \\\"select\\\": [\\\"category\\\"]}}\""
             );
         }
-        shoal::http::serve(listener, engine, stop_signal()).await?;
+        shoal::http::serve(listener, engine, stop).await?;
         println!("shoal stopped");
         Ok(())
     })
 }
 
-/// Resolves on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
-async fn stop_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Listens for SIGINT (Ctrl-C) and, on Unix, SIGTERM from the moment it is
+/// called; the future resolves on the first of them. Called before the
+/// ready line is printed: a signal sent right after that line (a script, a
+/// test, a supervisor) is never missed. (A listener registered only when
+/// the server first polls it could miss one: tokio observes a signal only
+/// once its listener exists.)
+fn stop_signal() -> Result<impl std::future::Future<Output = ()> + Send + 'static> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let listen = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| Error::Internal(format!("cannot listen for {name}: {e}")))
+        };
+        let mut interrupt = listen(SignalKind::interrupt(), "SIGINT")?;
+        let mut terminate = listen(SignalKind::terminate(), "SIGTERM")?;
+        Ok(async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
+            eprintln!("stopping: finishing requests in flight");
+        })
     }
-    eprintln!("stopping: finishing requests in flight");
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+            eprintln!("stopping: finishing requests in flight");
+        })
+    }
 }
 
 /// The demo: 100,000 seeded clustered vectors of 128 floats with

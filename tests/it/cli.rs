@@ -282,7 +282,18 @@ fn serve_answers_http_and_stops_cleanly_on_sigint() {
         .status()
         .unwrap();
     assert!(killed.success());
-    let status = child.wait().unwrap();
+    // A server that missed the signal must fail the test, not hang it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("shoal serve did not stop within 60 s of SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     assert!(status.success(), "exit status {status:?}");
     let rest: Vec<String> = lines.map_while(|l| l.ok()).collect();
     assert!(rest.iter().any(|l| l == "shoal stopped"), "{rest:?}");
