@@ -27,6 +27,17 @@ def recall(found, truth, k):
     return hits / (k * len(found))
 
 
+def load(base, queries, groundtruth, metric):
+    """Base and query vectors (normalised for cosine), ground truth, and
+    the FAISS metric that scores them."""
+    xb, xq, gt = read_fvecs(base), read_fvecs(queries), read_ivecs(groundtruth)
+    if metric == "cosine":
+        faiss.normalize_L2(xb)
+        faiss.normalize_L2(xq)
+    mt = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    return xb, xq, gt, mt
+
+
 def make_index(kind, d, partitions, sub_vectors, mt):
     """An untrained FAISS IVF index of `kind` (ivf_flat, ivf_pq, ivf_sq)."""
     quantizer = faiss.IndexFlatL2(d) if mt == faiss.METRIC_L2 else faiss.IndexFlatIP(d)
@@ -52,11 +63,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     faiss.omp_set_num_threads(a.threads)
-    xb, xq, gt = read_fvecs(a.base), read_fvecs(a.queries), read_ivecs(a.groundtruth)
-    if a.metric == "cosine":
-        faiss.normalize_L2(xb)
-        faiss.normalize_L2(xq)
-    mt = faiss.METRIC_L2 if a.metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    xb, xq, gt, mt = load(a.base, a.queries, a.groundtruth, a.metric)
     d = xb.shape[1]
     print(f"FAISS {faiss.__version__}: {xb.shape[0]} x {d}, {xq.shape[0]} queries, metric {a.metric}, "
           f"{a.partitions} partitions, k={a.k}, {a.threads} threads")

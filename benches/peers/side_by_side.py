@@ -24,7 +24,7 @@ import time
 
 import faiss
 
-from faiss_ivf import make_index, read_fvecs, read_ivecs, recall
+from faiss_ivf import load, make_index, recall
 
 
 def faiss_pass(index, xq, gt, k, batch):
@@ -71,11 +71,7 @@ def main():
     p.add_argument("--k", type=int, default=10)
     a = p.parse_args()
     faiss.omp_set_num_threads(2)
-    xb, xq, gt = read_fvecs(a.base), read_fvecs(a.queries), read_ivecs(a.groundtruth)
-    if a.metric == "cosine":
-        faiss.normalize_L2(xb)
-        faiss.normalize_L2(xq)
-    mt = faiss.METRIC_L2 if a.metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    xb, xq, gt, mt = load(a.base, a.queries, a.groundtruth, a.metric)
     d = xb.shape[1]
     print(f"shoal vs FAISS {faiss.__version__}: {xb.shape[0]} x {d}, {xq.shape[0]} queries, "
           f"metric {a.metric}, {a.partitions} partitions, PQ m={a.sub_vectors}, k={a.k}, "
