@@ -74,11 +74,6 @@ impl CodeColumns {
         self.rows == 0
     }
 
-    /// Bytes per code.
-    pub fn m(&self) -> usize {
-        self.m
-    }
-
     /// Blocks of [`LOOKUP_ROWS`] rows.
     pub fn block_count(&self) -> usize {
         self.rows.div_ceil(LOOKUP_ROWS)
@@ -137,7 +132,7 @@ impl LookupTable {
         if !table[..m * ENTRIES].iter().all(|v| v.is_finite()) {
             return None;
         }
-        let lut = quantize_rows(table, m, use_vbmi());
+        let lut = quantize_rows(table, m, true);
         [lut.offset, lut.step, lut.magnitude, lut.level_sum_max]
             .iter()
             .all(|v| v.is_finite())
@@ -152,11 +147,6 @@ impl LookupTable {
     /// Float value of one level.
     pub fn step(&self) -> f32 {
         self.step
-    }
-
-    /// The levels, `m × 256`.
-    pub fn levels(&self) -> &[u8] {
-        &self.levels
     }
 
     /// How far the float computations may stray from exact arithmetic, for
