@@ -96,6 +96,9 @@ pub struct CacheConfig {
     /// Bytes of fragment columns (vectors for exact scans, ids and
     /// projected or filtered scalars) kept in memory.
     pub column_bytes: CacheCapacity,
+    /// Bytes of cached filter results (which rows of a partition or
+    /// fragment match a filter).
+    pub filter_mask_bytes: CacheCapacity,
     /// Partition loads in flight at once.
     pub max_concurrent_loads: usize,
 }

@@ -55,8 +55,8 @@ pub use exec::{CancelToken, Profile, ScanPool};
 pub use index::{IndexKind, IndexParams, IndexSegmentMeta};
 pub use kernel::Metric;
 pub use query::{
-    BatchQuery, FilterMode, Hit, PerQuery, Query, ScalarValue, SearchMode, SearchParams,
-    SearchResults,
+    BatchQuery, FilterMode, Hit, Nprobes, PerQuery, PerQueryParams, Query, ScalarValue, SearchMode,
+    SearchParams, SearchResults, SharedParams,
 };
 pub use serve::{
     BatchInfo, BlockingDataset, BlockingEngine, DatasetHandle, Engine, EngineStats, SearchResponse,

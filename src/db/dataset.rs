@@ -439,7 +439,7 @@ impl Dataset {
             .any(|m| m.column == validated.column);
         // An exact search never opens the index: damaged index files must
         // not stop it.
-        let segments = if validated.mode == SearchMode::Exact || !validated.options.use_index {
+        let segments = if validated.mode == SearchMode::Exact || !validated.use_index {
             Vec::new()
         } else {
             snapshot.segments(&validated.column)?
@@ -452,16 +452,28 @@ impl Dataset {
             threads: self.config().scan_threads(),
             pool: self.session.pool(),
             cancel,
+            filters: self.session.filter_cache(),
         };
         let (candidates, mut profile) = exec::plan::execute(&view, &validated)?;
         cancel.check()?;
         let t = std::time::Instant::now();
-        let hits = exec::materialise::hits(&fragments, &candidates, &validated.projection)?;
+        let projections: Vec<&[String]> = validated
+            .specs
+            .iter()
+            .map(|s| s.projection.as_slice())
+            .collect();
+        let hits = exec::materialise::hits(&fragments, &candidates, &projections)?;
         profile.materialise_ms = exec::profile::ms_since(t);
+        let shared = projections.iter().all(|p| *p == projections[0]);
         Ok((
             SearchResults {
                 version: snapshot.version(),
-                projection: validated.projection,
+                projection: batch.params.projection.clone(),
+                projections: if shared && projections[0] == batch.params.projection.as_slice() {
+                    Vec::new()
+                } else {
+                    projections.iter().map(|p| p.to_vec()).collect()
+                },
                 hits,
             },
             profile,

@@ -4,7 +4,8 @@
 //! A [`Session`] owns one partition cache for all of its datasets (keyed by
 //! segment directory and partition, weighed in bytes, bounded by
 //! `cache.capacity_bytes`), one cache of fragment columns
-//! (`cache.column_bytes`), the scan pool (`search.threads`) and the
+//! (`cache.column_bytes`), one cache of filter results
+//! (`cache.filter_mask_bytes`), the scan pool (`search.threads`) and the
 //! configuration. "auto" sizes are read once, when the session is made.
 //! [`Session::open`] returns a [`Dataset`] that uses them; a session is a
 //! cheap `Clone` handle, and its threads end when the last handle (and the
@@ -13,6 +14,7 @@
 use crate::config::Config;
 use crate::db::dataset::Dataset;
 use crate::error::Result;
+use crate::exec::prefilter::FilterCache;
 use crate::exec::ScanPool;
 use crate::index::ivf::{LoadedSegment, INDICES_DIR};
 use crate::index::{IndexSegmentMeta, PartitionCache};
@@ -32,6 +34,7 @@ struct Inner {
     config: Config,
     partitions: PartitionCache,
     columns: Arc<ColumnCache>,
+    filters: FilterCache,
     pool: ScanPool,
     /// Opened index segments by directory (segments never change once
     /// written; an open segment is a file handle and its small directory).
@@ -56,12 +59,14 @@ impl Session {
             config.cache.max_concurrent_loads,
         );
         let columns = Arc::new(ColumnCache::new(config.cache.column_bytes.bytes()));
+        let filters = FilterCache::new(config.cache.filter_mask_bytes.bytes());
         let pool = ScanPool::new(config.scan_threads());
         Session {
             inner: Arc::new(Inner {
                 config,
                 partitions,
                 columns,
+                filters,
                 pool,
                 segments: Mutex::default(),
             }),
@@ -91,6 +96,11 @@ impl Session {
     /// The fragment-column cache of every dataset of the session.
     pub fn column_cache(&self) -> &Arc<ColumnCache> {
         &self.inner.columns
+    }
+
+    /// The filter-result cache of every dataset of the session.
+    pub fn filter_cache(&self) -> &FilterCache {
+        &self.inner.filters
     }
 
     /// The scan threads.

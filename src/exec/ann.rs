@@ -13,8 +13,9 @@
 
 use crate::error::{Error, Result};
 use crate::exec::cancel::CancelToken;
-use crate::exec::exact::{self, candidate_mask, RowMask};
+use crate::exec::exact;
 use crate::exec::pool::ScanPool;
+use crate::exec::prefilter::{Admission, FilterCache, RowTest};
 use crate::exec::profile::{ms_since, Profile};
 use crate::index::ivf::{coarse_metric, LoadedSegment};
 use crate::index::partition::{Partition, Payload};
@@ -44,53 +45,8 @@ pub struct IndexView<'a> {
     pub pool: &'a ScanPool,
     /// Checked at every partition and every exact-scan chunk.
     pub cancel: &'a CancelToken,
-}
-
-/// Candidate masks of a batch, one per fragment, found by fragment id.
-pub struct Masks {
-    masks: Vec<RowMask>,
-    slot: Vec<usize>,
-}
-
-impl Masks {
-    /// Builds every fragment's mask once for the batch.
-    pub fn build(
-        fragments: &[FragmentView],
-        batch: &ValidatedBatch,
-        profile: &mut Profile,
-    ) -> Result<Masks> {
-        let t = Instant::now();
-        let masks = fragments
-            .iter()
-            .map(|f| candidate_mask(f, batch))
-            .collect::<Result<Vec<_>>>()?;
-        let max_id = fragments
-            .iter()
-            .map(|f| f.meta.id as usize + 1)
-            .max()
-            .unwrap_or(0);
-        let mut slot = vec![usize::MAX; max_id];
-        for (i, f) in fragments.iter().enumerate() {
-            slot[f.meta.id as usize] = i;
-        }
-        profile.prefilter_builds += fragments.len();
-        profile.prefilter_ms += ms_since(t);
-        Ok(Masks { masks, slot })
-    }
-
-    /// May `row_id` be returned?
-    #[inline(always)]
-    pub fn allows(&self, row_id: u64) -> bool {
-        match self.slot.get((row_id >> 32) as usize) {
-            Some(&i) if i != usize::MAX => self.masks[i].contains((row_id & 0xffff_ffff) as usize),
-            _ => false,
-        }
-    }
-
-    /// The mask of fragment number `i` (position in the snapshot).
-    pub fn of(&self, i: usize) -> &RowMask {
-        &self.masks[i]
-    }
+    /// The session's cache of filter results.
+    pub filters: &'a FilterCache,
 }
 
 /// For each query (rows of `queries`, prepared for the index's metric), the
@@ -154,10 +110,10 @@ impl PqQuery {
     }
 }
 
-/// A query's heap behind the batch's masks, as a PQ scan's sink.
+/// A query's heap behind its row test, as a PQ scan's sink.
 struct HeapSink<'a> {
     heap: &'a mut TopK,
-    masks: &'a Masks,
+    test: RowTest<'a>,
     row_ids: &'a [u64],
 }
 
@@ -167,7 +123,7 @@ impl ScanSink for HeapSink<'_> {
     }
 
     fn allows(&self, r: usize) -> bool {
-        self.masks.allows(self.row_ids[r])
+        self.test.allows(r, self.row_ids[r])
     }
 
     fn offer(&mut self, r: usize, distance: f32) {
@@ -190,7 +146,7 @@ pub fn scan_pq_partition(
     metric: Metric,
     q: &[f32],
     pq: &PqQuery,
-    masks: &Masks,
+    test: RowTest<'_>,
     heap: &mut TopK,
 ) -> Result<usize> {
     let Payload::Pq {
@@ -206,7 +162,7 @@ pub fn scan_pq_partition(
     let constant = ProductQuantizer::query_constant(metric, q, c);
     let mut sink = HeapSink {
         heap,
-        masks,
+        test,
         row_ids: &part.row_ids,
     };
     Ok(scan_codes(
@@ -323,14 +279,15 @@ pub fn score_partition(
     }
 }
 
-/// Pushes one query's scored rows into its heap, skipping rows the masks
-/// forbid. Most rows lose to the heap's current worst, so that cheap test
-/// comes first and the mask is looked up only for rows that could enter.
+/// Pushes one query's scored rows (of a partition, by position) into its
+/// heap, skipping rows its test forbids. Most rows lose to the heap's
+/// current worst, so that cheap test comes first and the row test is made
+/// only for rows that could enter.
 #[inline]
-pub fn push_scored(dists: &[f32], row_ids: &[u64], masks: &Masks, heap: &mut TopK) {
+pub fn push_scored(dists: &[f32], row_ids: &[u64], test: RowTest<'_>, heap: &mut TopK) {
     const CHUNK: usize = 16;
     let mut bound = heap.threshold();
-    for (ds, ids) in dists.chunks(CHUNK).zip(row_ids.chunks(CHUNK)) {
+    for (c, (ds, ids)) in dists.chunks(CHUNK).zip(row_ids.chunks(CHUNK)).enumerate() {
         // One branch-free compare over the chunk first, as a bit per row:
         // once the heap is full, most rows cannot enter and are passed over
         // without touching their ids. (The compare also lets -0.0 through
@@ -345,7 +302,8 @@ pub fn push_scored(dists: &[f32], row_ids: &[u64], masks: &Masks, heap: &mut Top
             let i = maybe.trailing_zeros() as usize;
             maybe &= maybe - 1;
             let (d, row_id) = (ds[i], ids[i]);
-            if bound.is_some_and(|b| d.total_cmp(&b).is_gt()) || !masks.allows(row_id) {
+            if bound.is_some_and(|b| d.total_cmp(&b).is_gt()) || !test.allows(c * CHUNK + i, row_id)
+            {
                 continue;
             }
             heap.push(Candidate {
@@ -355,11 +313,6 @@ pub fn push_scored(dists: &[f32], row_ids: &[u64], masks: &Masks, heap: &mut Top
             bound = heap.threshold();
         }
     }
-}
-
-/// How many of `row_ids` the masks allow (adaptive probing counts them).
-pub fn count_allowed(row_ids: &[u64], masks: &Masks) -> usize {
-    row_ids.iter().filter(|&&r| masks.allows(r)).count()
 }
 
 /// Reranks candidates with exact float32 distances from the fragments
@@ -409,14 +362,14 @@ pub fn unindexed(view: &IndexView<'_>) -> Vec<usize> {
 
 /// The single-query path, run for each query of the batch on its own
 /// (queries are shared out to threads; nothing else is shared but the
-/// masks). Returns one heap of depth k + offset per query, before the
-/// postfilter and paging.
+/// filter cache). Returns one heap of depth k + offset per query, before
+/// the postfilter and paging.
 pub fn search_per_query(
     view: &IndexView<'_>,
     batch: &ValidatedBatch,
+    admission: &Admission<'_>,
     profile: &mut Profile,
 ) -> Result<Vec<TopK>> {
-    let masks = Masks::build(view.fragments, batch, profile)?;
     let unindexed = unindexed(view);
     let n = batch.len();
     let threads = view.threads.clamp(1, n);
@@ -426,7 +379,9 @@ pub fn search_per_query(
         let mut local = Profile::default();
         let mut heaps = Vec::new();
         for qi in part * per..((part + 1) * per).min(n) {
-            heaps.push(search_one(view, batch, qi, &masks, &unindexed, &mut local)?);
+            heaps.push(search_one(
+                view, batch, qi, admission, &unindexed, &mut local,
+            )?);
         }
         Ok((heaps, local))
     };
@@ -441,10 +396,19 @@ pub fn search_per_query(
         profile.bytes_read += p.bytes_read;
         profile.rows_scored += p.rows_scored;
         profile.rows_rescored += p.rows_rescored;
+        profile.refine_rows_read += p.refine_rows_read;
         profile.rank_ms += p.rank_ms;
     }
     profile.scan_ms += ms_since(t) - profile.rank_ms / threads as f64;
     Ok(heaps)
+}
+
+/// The partitions query `qi` probes at most, and at least, per segment.
+pub fn probe_bounds(batch: &ValidatedBatch, qi: usize) -> (usize, usize) {
+    match batch.specs[qi].nprobes {
+        Nprobes::Fixed(n) => (n, n),
+        Nprobes::Adaptive { min, max } => (min, max),
+    }
 }
 
 /// One query, alone.
@@ -452,24 +416,23 @@ fn search_one(
     view: &IndexView<'_>,
     batch: &ValidatedBatch,
     qi: usize,
-    masks: &Masks,
+    admission: &Admission<'_>,
     unindexed: &[usize],
     profile: &mut Profile,
 ) -> Result<TopK> {
+    let spec = &batch.specs[qi];
     let depth = batch.depth(qi);
-    let cap = depth.saturating_mul(batch.options.refine_factor.unwrap_or(1));
     let one = batch.subset(&[qi]);
     let q = one.queries.row(0);
     let qn = one.queries.norms_sq[0];
-    let mut heap = TopK::new(cap);
+    let prefilter = batch.prefilter(qi);
+    let mut heap = TopK::new(batch.index_depth(qi));
     let mut scores = Vec::new();
     for seg in &view.segments {
         let pq = PqQuery::new(seg, batch.metric, q);
         let mut kernel_queries = None;
-        let (min, limit, adaptive) = match batch.options.nprobes {
-            Nprobes::Fixed(n) => (n, n, false),
-            Nprobes::Adaptive { min, max } => (min, max, true),
-        };
+        let (min, limit) = probe_bounds(batch, qi);
+        let adaptive = matches!(spec.nprobes, Nprobes::Adaptive { .. });
         let t = Instant::now();
         let ranked = rank_partitions(seg, batch.metric, &one.queries, limit);
         profile.rank_ms += ms_since(t);
@@ -490,9 +453,14 @@ fn search_one(
             profile.pairs_probed += 1;
             profile.distinct_partitions += 1;
             profile.rows_scored += part.len() as u64;
+            let bits = match prefilter {
+                Some(f) => Some(admission.partition_bits(&seg.key, p, &part, f)?),
+                None => None,
+            };
+            let test = admission.test(bits.as_deref());
             if let Some(pq) = &pq {
                 profile.rows_rescored +=
-                    scan_pq_partition(seg, p, &part, batch.metric, q, pq, masks, &mut heap)? as u64;
+                    scan_pq_partition(seg, p, &part, batch.metric, q, pq, test, &mut heap)? as u64;
             } else {
                 let kq = kernel_queries
                     .get_or_insert_with(|| KernelQueries::new(seg, &one.queries, &[0]));
@@ -506,30 +474,28 @@ fn search_one(
                     offset.as_slice(),
                     &mut scores,
                 )?;
-                push_scored(&scores[..part.len()], &part.row_ids, masks, &mut heap);
+                push_scored(&scores[..part.len()], &part.row_ids, test, &mut heap);
             }
             if adaptive {
-                passed += count_allowed(&part.row_ids, masks);
+                passed += test.count(&part.row_ids);
             }
         }
     }
     let mut found = heap.into_sorted_vec();
-    if batch.options.refine_factor.is_some() {
+    if spec.refine_factor.is_some() {
+        profile.refine_rows_read += found.len() as u64;
         found = refine(&found, view.fragments, &batch.column, batch.metric, q, qn)?;
     }
     let mut out = TopK::new(depth);
     for c in found {
         out.push(c);
     }
-    if !batch.options.fast_search && !unindexed.is_empty() {
-        let items: Vec<(&FragmentView, &RowMask)> = unindexed
-            .iter()
-            .map(|&i| (&view.fragments[i], masks.of(i)))
-            .collect();
-        for h in exact::scan(&items, &one, view, 1, Kernel::detect())? {
+    if !batch.fast_search && !unindexed.is_empty() {
+        let (items, mask_of) = exact::items(admission, view.fragments, unindexed, &one)?;
+        for h in exact::scan(&items, &mask_of, &one, view, 1, Kernel::detect())? {
             out.merge(h);
         }
-        profile.rows_scored += items.iter().map(|(f, _)| f.rows() as u64).sum::<u64>();
+        profile.rows_scored += items.iter().map(|i| i.fragment.rows() as u64).sum::<u64>();
     }
     Ok(out)
 }

@@ -54,15 +54,32 @@ pub fn row_values(
         .collect()
 }
 
-/// Result rows for each query's candidates, with `projection` columns.
+/// Result rows for each query's candidates, each with its own projected
+/// columns (`projections[i]` for query `i`). The union of the projected
+/// columns is read once per fragment holding a returned row.
 pub fn hits(
     fragments: &[FragmentView],
     candidates: &[Vec<Candidate>],
-    projection: &[String],
+    projections: &[&[String]],
 ) -> Result<Vec<Vec<Hit>>> {
     let by_id: HashMap<u32, &FragmentView> = fragments.iter().map(|f| (f.meta.id, f)).collect();
     let mut names: Vec<&str> = vec![crate::storage::ID_COLUMN];
-    names.extend(projection.iter().map(String::as_str));
+    for projection in projections {
+        for name in projection.iter() {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+    }
+    // Each query's columns as positions in `names`.
+    let positions: Vec<Vec<usize>> = projections
+        .iter()
+        .map(|p| {
+            p.iter()
+                .map(|n| names.iter().position(|m| *m == n.as_str()).unwrap_or(0))
+                .collect()
+        })
+        .collect();
     // Columns of each fragment that holds a returned row, read once.
     let mut loaded: HashMap<u32, Vec<ColumnData>> = HashMap::new();
     for c in candidates.iter().flatten() {
@@ -77,7 +94,9 @@ pub fn hits(
     let value = column_value;
     candidates
         .iter()
-        .map(|cands| {
+        .enumerate()
+        .map(|(qi, cands)| {
+            let wanted = positions.get(qi).map(Vec::as_slice).unwrap_or(&[]);
             cands
                 .iter()
                 .map(|c| {
@@ -91,9 +110,9 @@ pub fn hits(
                             return Err(Error::Internal(format!("id is not an int64: {other:?}")))
                         }
                     };
-                    let values = columns[1..]
+                    let values = wanted
                         .iter()
-                        .map(|d| value(d, offset))
+                        .map(|&c| value(&columns[c], offset))
                         .collect::<Result<Vec<_>>>()?;
                     Ok(Hit {
                         row_id: c.row_id,

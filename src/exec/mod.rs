@@ -7,6 +7,7 @@ pub mod exact;
 pub mod materialise;
 pub mod plan;
 pub mod pool;
+pub mod prefilter;
 pub mod profile;
 pub mod shared_scan;
 

@@ -3,8 +3,7 @@
 //! | case | mode |
 //! |---|---|
 //! | `mode = exact`, `use_index = false`, or no index on the column | `exact` |
-//! | an index, fixed nprobes, no refine factor | `shared_scan` |
-//! | an index, adaptive nprobes or a refine factor | `per_query` (reason recorded) |
+//! | an index (any mix of filters, nprobes, adaptive probing, refine factors) | `shared_scan` |
 //! | `mode = per_query` | `per_query` |
 //!
 //! A fallback is never silent: the profile names the reason.
@@ -14,9 +13,10 @@
 
 use crate::error::{Error, Result};
 use crate::exec::ann::{self, IndexView};
+use crate::exec::prefilter::Admission;
 use crate::exec::profile::{ms_since, Profile};
 use crate::exec::{exact, shared_scan};
-use crate::query::{Candidate, Nprobes, SearchMode, ValidatedBatch};
+use crate::query::{Candidate, SearchMode, ValidatedBatch};
 use std::time::Instant;
 
 /// Runs `batch` over `view`; returns each query's rows (postfilter, offset
@@ -28,9 +28,11 @@ pub fn execute(
     view.cancel.check()?;
     let mut profile = Profile {
         queries: batch.len(),
+        distinct_filters: batch.filters.len(),
         ..Profile::default()
     };
-    let wants_index = batch.mode != SearchMode::Exact && batch.options.use_index;
+    let admission = Admission::new(view.fragments, batch, view.filters);
+    let wants_index = batch.mode != SearchMode::Exact && batch.use_index;
     if wants_index && !view.segments.is_empty() {
         if let Some(seg) = view.segments.iter().find(|s| s.meta.metric != batch.metric) {
             return Err(Error::InvalidArgument(format!(
@@ -39,41 +41,32 @@ pub fn execute(
                 batch.column, seg.meta.metric, batch.metric, batch.metric
             )));
         }
-        let fallback = if matches!(batch.options.nprobes, Nprobes::Adaptive { .. }) {
-            Some("adaptive nprobes")
-        } else if batch.options.refine_factor.is_some() {
-            Some("refine_factor")
-        } else {
-            None
-        };
-        let heaps = if batch.mode == SearchMode::PerQuery || fallback.is_some() {
+        let heaps = if batch.mode == SearchMode::PerQuery {
             profile.mode = "per_query".into();
-            if batch.mode != SearchMode::PerQuery {
-                profile.fallback_reason = fallback.map(String::from);
-            }
-            ann::search_per_query(view, batch, &mut profile)?
+            ann::search_per_query(view, batch, &admission, &mut profile)?
         } else {
             profile.mode = "shared_scan".into();
-            shared_scan::search_shared(view, batch, &mut profile)?
+            shared_scan::search_shared(view, batch, &admission, &mut profile)?
         };
         let t = Instant::now();
-        let out = exact::postfilter_and_page(view.fragments, batch, heaps)?;
+        let out = exact::postfilter_and_page(&admission, batch, heaps)?;
         profile.merge_ms += ms_since(t);
+        admission.add_to(&mut profile);
         return Ok((out, profile));
     }
     profile.mode = "exact".into();
     if matches!(batch.mode, SearchMode::PerQuery | SearchMode::Shared) {
-        profile.fallback_reason = Some(if batch.options.use_index {
+        profile.fallback_reason = Some(if batch.use_index {
             format!("column '{}' has no index", batch.column)
         } else {
             "use_index = false".to_string()
         });
-    } else if batch.mode == SearchMode::Auto && !batch.options.use_index && view.indexed {
+    } else if batch.mode == SearchMode::Auto && !batch.use_index && view.indexed {
         profile.fallback_reason = Some("use_index = false".into());
     }
     let t = Instant::now();
-    let out = exact::search(view, batch)?;
-    profile.prefilter_builds += view.fragments.len();
+    let out = exact::search(view, batch, &admission)?;
+    admission.add_to(&mut profile);
     profile.rows_scored +=
         view.fragments.iter().map(|f| f.rows() as u64).sum::<u64>() * batch.len() as u64;
     profile.scan_ms += ms_since(t);

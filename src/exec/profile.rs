@@ -11,9 +11,16 @@ pub struct Profile {
     pub mode: String,
     /// Why the batch did not take the mode it asked for, if it did not.
     pub fallback_reason: Option<String>,
-    /// Prefilter masks built (one per fragment per batch).
+    /// Distinct filters among the batch's queries (by normal form).
+    pub distinct_filters: usize,
+    /// Filter evaluations: a filter tested on the rows of one partition or
+    /// fragment (a filter-cache miss).
     pub prefilter_builds: usize,
-    /// Time building them.
+    /// Filter results found in the session's filter cache instead.
+    pub filter_cache_hits: u64,
+    /// Rows those evaluations tested.
+    pub filter_rows_tested: u64,
+    /// Time testing rows against filters and looking results up.
     pub prefilter_ms: f64,
     /// (query, partition) pairs probed, summed over queries.
     pub pairs_probed: u64,
@@ -31,6 +38,12 @@ pub struct Profile {
     /// table: the quantized screen could not rule them out, or the heap
     /// had no threshold yet to screen against.
     pub rows_rescored: u64,
+    /// Adaptive-probing rounds (all segments).
+    pub adaptive_rounds: u64,
+    /// Distinct partitions loaded in each adaptive round, in order.
+    pub adaptive_loads: Vec<u64>,
+    /// Index candidates reranked with exact vectors (refine factor).
+    pub refine_rows_read: u64,
     /// Time ranking centroids.
     pub rank_ms: f64,
     /// Time scanning partitions and fragments.
@@ -49,18 +62,26 @@ impl Profile {
             s.push_str(&format!(" (fallback: {r})"));
         }
         s.push_str(&format!(
-            "\nqueries {}  prefilter builds {} ({:.2} ms)\n\
+            "\nqueries {}  distinct filters {}  filter evaluations {} ({} rows tested, {:.2} ms)  \
+             filter cache hits {}\n\
              (query, partition) pairs {}  distinct partitions {}  cache hits {} misses {}  bytes read {}\n\
+             adaptive rounds {} (partitions loaded per round {:?})  refine rows read {}\n\
              rows scored {} (PQ rows scored with the float table {})\n\
              time: rank {:.2} ms  scan {:.2} ms  merge {:.2} ms  materialise {:.2} ms",
             self.queries,
+            self.distinct_filters,
             self.prefilter_builds,
+            self.filter_rows_tested,
             self.prefilter_ms,
+            self.filter_cache_hits,
             self.pairs_probed,
             self.distinct_partitions,
             self.cache_hits,
             self.cache_misses,
             self.bytes_read,
+            self.adaptive_rounds,
+            self.adaptive_loads,
+            self.refine_rows_read,
             self.rows_scored,
             self.rows_rescored,
             self.rank_ms,

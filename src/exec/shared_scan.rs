@@ -15,25 +15,46 @@
 //!   past (a table lookup per code byte gains nothing from sharing; the
 //!   load does).
 //!
+//! Each query brings its own options: k, offset, filter (and mode),
+//! nprobes and refine factor. Per partition, each distinct prefilter of its
+//! queries is evaluated once on the partition's rows (or found in the
+//! filter cache) and each query's rows are tested against its own before
+//! they reach its heap.
+//!
+//! * Fixed nprobes: a query probes its first n partitions in centroid
+//!   order (the batch ranks once, to the largest n asked for).
+//! * Adaptive nprobes ([`resolve_probes`]): every query's first `min`
+//!   partitions are loaded in one shared round; then, round after round,
+//!   each query still short of k + offset candidate rows adds its next
+//!   partition, each distinct partition of a round loaded once. A query
+//!   probes exactly the partitions its single-query walk would (the stop
+//!   rule depends only on counts of candidate rows, not on scores), and
+//!   the partitions are then scanned like fixed probes.
+//! * Refine ([`refine_shared`]): a refining query keeps (k + offset) × r
+//!   index candidates; the union of all queries' candidates is reranked
+//!   with exact distances, each fragment's vectors read once for the batch.
+//!
 //! Work is shared out to the scan threads through an atomic counter; each
 //! thread keeps its own heaps and scratch, merged at the end, so there is no
 //! lock on the hot path. Unindexed fragments get one exact pass for the
 //! whole batch. Every (query, row) distance comes from the same functions as
-//! in the single-query path ([`score_partition`], [`scan_pq_partition`]),
-//! so each query's top-k is identical to what it gets alone.
+//! in the single-query path ([`score_partition`], [`scan_pq_partition`],
+//! the exact rerank's `fma_dot`), so each query's top-k is identical to what
+//! it gets alone.
 
 use crate::error::{Error, Result};
 use crate::exec::ann::{
-    push_scored, rank_partitions, scan_pq_partition, score_partition, unindexed, IndexView,
-    KernelQueries, Masks, PqQuery,
+    probe_bounds, push_scored, rank_partitions, scan_pq_partition, score_partition, unindexed,
+    IndexView, KernelQueries, PqQuery,
 };
-use crate::exec::exact::{self, RowMask};
+use crate::exec::exact;
+use crate::exec::prefilter::Admission;
 use crate::exec::profile::{ms_since, Profile};
 use crate::index::ivf::LoadedSegment;
 use crate::index::partition::Partition;
-use crate::kernel::Kernel;
-use crate::query::{Nprobes, TopK, ValidatedBatch};
-use crate::storage::FragmentView;
+use crate::kernel::{fma_dot, Kernel};
+use crate::query::{Candidate, Nprobes, TopK, ValidatedBatch};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -48,6 +69,10 @@ const QUERY_GROUP: usize = 16;
 /// (query, row) scores below which a segment is scanned on one thread.
 const MIN_PARALLEL_WORK: usize = 4_096;
 
+/// Partitions already loaded for this segment (by adaptive probing), which
+/// the scan takes before asking the cache again.
+type Held = HashMap<u32, Arc<Partition>>;
+
 /// Partition loads of one scan, counted across threads.
 #[derive(Default)]
 struct Loads {
@@ -59,7 +84,16 @@ struct Loads {
 }
 
 impl Loads {
-    fn fetch(&self, seg: &LoadedSegment, p: u32, view: &IndexView<'_>) -> Result<Arc<Partition>> {
+    fn fetch(
+        &self,
+        seg: &LoadedSegment,
+        p: u32,
+        view: &IndexView<'_>,
+        held: &Held,
+    ) -> Result<Arc<Partition>> {
+        if let Some(part) = held.get(&p) {
+            return Ok(Arc::clone(part));
+        }
         let (part, read) = seg.partition(p, view.cache)?;
         match read {
             Some(b) => {
@@ -92,59 +126,68 @@ fn threads_for(view: &IndexView<'_>, queries: usize, work: usize, units: usize) 
     }
 }
 
-/// Runs the shared scan; returns one heap of depth k + offset per query.
-/// Only for fixed nprobes and no refine (the planner sends the rest to the
-/// per-query path).
+/// Runs the shared scan; returns one heap of depth k + offset per query
+/// (refined where a query asked for it), before its postfilter and paging.
 pub fn search_shared(
     view: &IndexView<'_>,
     batch: &ValidatedBatch,
+    admission: &Admission<'_>,
     profile: &mut Profile,
 ) -> Result<Vec<TopK>> {
-    let Nprobes::Fixed(nprobes) = batch.options.nprobes else {
-        return Err(Error::Internal("shared scan needs fixed nprobes".into()));
-    };
-    let masks = Masks::build(view.fragments, batch, profile)?;
     let n = batch.len();
-    let mut heaps: Vec<TopK> = (0..n).map(|i| TopK::new(batch.depth(i))).collect();
+    let mut heaps: Vec<TopK> = (0..n).map(|i| TopK::new(batch.index_depth(i))).collect();
+    let limit = (0..n)
+        .map(|qi| probe_bounds(batch, qi).1)
+        .max()
+        .unwrap_or(0);
     for seg in &view.segments {
         let t = Instant::now();
-        let ranked = rank_partitions(seg, batch.metric, &batch.queries, nprobes);
+        let ranked = rank_partitions(seg, batch.metric, &batch.queries, limit);
         profile.rank_ms += ms_since(t);
-        profile.pairs_probed += ranked.iter().map(|r| r.len() as u64).sum::<u64>();
         let t = Instant::now();
         let loads = Loads::default();
+        let (probes, held) = resolve_probes(view, seg, batch, admission, ranked, &loads, profile)?;
+        profile.pairs_probed += probes.iter().map(|r| r.len() as u64).sum::<u64>();
         if seg.model.pq.is_some() {
             for lo in (0..n).step_by(PQ_QUERY_BLOCK) {
                 let hi = (lo + PQ_QUERY_BLOCK).min(n);
-                scan_pq_block(
+                let scan = SegmentScan {
                     view,
                     seg,
                     batch,
-                    &ranked,
-                    lo..hi,
-                    &masks,
-                    &mut heaps,
-                    &loads,
-                    profile,
-                )?;
+                    probes: &probes,
+                    admission,
+                    loads: &loads,
+                    held: &held,
+                };
+                scan_pq_block(&scan, lo..hi, &mut heaps, profile)?;
             }
         } else {
-            scan_partition_major(
-                view, seg, batch, &ranked, &masks, &mut heaps, &loads, profile,
-            )?;
+            let scan = SegmentScan {
+                view,
+                seg,
+                batch,
+                probes: &probes,
+                admission,
+                loads: &loads,
+                held: &held,
+            };
+            scan_partition_major(&scan, &mut heaps, profile)?;
         }
+        drop(held);
         loads.add_to(profile);
         profile.scan_ms += ms_since(t);
     }
+    let t = Instant::now();
+    let mut heaps = refine_shared(view, batch, heaps, profile)?;
+    profile.merge_ms += ms_since(t);
     let rest = unindexed(view);
-    if !batch.options.fast_search && !rest.is_empty() {
+    if !batch.fast_search && !rest.is_empty() {
         let t = Instant::now();
-        let items: Vec<(&FragmentView, &RowMask)> = rest
-            .iter()
-            .map(|&i| (&view.fragments[i], masks.of(i)))
-            .collect();
+        let (items, mask_of) = exact::items(admission, view.fragments, &rest, batch)?;
         for (h, e) in heaps.iter_mut().zip(exact::scan(
             &items,
+            &mask_of,
             batch,
             view,
             view.threads,
@@ -152,27 +195,152 @@ pub fn search_shared(
         )?) {
             h.merge(e);
         }
-        profile.rows_scored += items.iter().map(|(f, _)| f.rows() as u64).sum::<u64>() * n as u64;
+        profile.rows_scored +=
+            items.iter().map(|i| i.fragment.rows() as u64).sum::<u64>() * n as u64;
         profile.scan_ms += ms_since(t);
     }
     Ok(heaps)
 }
 
-/// Flat and SQ segments: each distinct partition once, all its queries.
-#[allow(clippy::too_many_arguments)]
-fn scan_partition_major(
+/// Each query's probe list in `seg` (from its ranked partitions, nearest
+/// first, ranked to the batch's largest limit), and the partitions loaded
+/// to decide them.
+///
+/// Fixed nprobes: the first n. Adaptive: what the single-query walk
+/// probes — the first `min`, then one more while the probed partitions
+/// hold fewer than k + offset rows its row test allows, never more than
+/// `max`. The walk runs for all adaptive queries at once in rounds: round
+/// 0 loads every query's first `min` partitions, each later round the next
+/// partition of every query still short, each distinct partition once per
+/// round (and a partition's count of allowed rows once per prefilter).
+#[allow(clippy::type_complexity)]
+fn resolve_probes(
     view: &IndexView<'_>,
     seg: &LoadedSegment,
     batch: &ValidatedBatch,
-    ranked: &[Vec<u32>],
-    masks: &Masks,
-    heaps: &mut [TopK],
+    admission: &Admission<'_>,
+    mut ranked: Vec<Vec<u32>>,
     loads: &Loads,
     profile: &mut Profile,
+) -> Result<(Vec<Vec<u32>>, Held)> {
+    let mut held = Held::new();
+    // (query, partitions decided so far, allowed rows seen), adaptive only.
+    let mut walks: Vec<(usize, usize, usize)> = Vec::new();
+    for (qi, list) in ranked.iter_mut().enumerate() {
+        let (min, max) = probe_bounds(batch, qi);
+        match batch.specs[qi].nprobes {
+            Nprobes::Fixed(_) => list.truncate(max),
+            Nprobes::Adaptive { .. } => {
+                list.truncate(max);
+                walks.push((qi, min.min(list.len()), 0));
+            }
+        }
+    }
+    if walks.is_empty() {
+        return Ok((ranked, held));
+    }
+    let mut counts: HashMap<(u32, Option<usize>), usize> = HashMap::new();
+    // Round 0 counts partitions [0, min) of each walk; later rounds one.
+    let mut wanted: Vec<(usize, std::ops::Range<usize>)> =
+        walks.iter().map(|&(qi, upto, _)| (qi, 0..upto)).collect();
+    while !wanted.is_empty() {
+        view.cancel.check()?;
+        let mut round: Vec<u32> = Vec::new();
+        for (qi, range) in &wanted {
+            for &p in &ranked[*qi][range.clone()] {
+                if !held.contains_key(&p) && !round.contains(&p) {
+                    round.push(p);
+                }
+            }
+        }
+        profile.adaptive_rounds += 1;
+        profile.adaptive_loads.push(round.len() as u64);
+        let next = AtomicUsize::new(0);
+        let fetched = view
+            .pool
+            .run(view.threads.clamp(1, round.len().max(1)), |_| {
+                let mut got = Vec::new();
+                while let Some(&p) = round.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    view.cancel.check()?;
+                    got.push((p, loads.fetch(seg, p, view, &Held::new())?));
+                }
+                Ok(got)
+            })?;
+        held.extend(fetched.into_iter().flatten());
+        for (qi, range) in &wanted {
+            let f = batch.prefilter(*qi);
+            let walk = walks
+                .iter_mut()
+                .find(|w| w.0 == *qi)
+                .ok_or_else(|| Error::Internal("adaptive walk lost".into()))?;
+            for &p in &ranked[*qi][range.clone()] {
+                let count = match counts.get(&(p, f)) {
+                    Some(&c) => c,
+                    None => {
+                        let part = held
+                            .get(&p)
+                            .ok_or_else(|| Error::Internal(format!("partition {p} not held")))?;
+                        let bits = match f {
+                            Some(f) => Some(admission.partition_bits(&seg.key, p, part, f)?),
+                            None => None,
+                        };
+                        let c = admission.test(bits.as_deref()).count(&part.row_ids);
+                        counts.insert((p, f), c);
+                        c
+                    }
+                };
+                walk.2 += count;
+            }
+        }
+        // Who probes one more: the single-query rule, checked before
+        // probing position `upto`.
+        wanted.clear();
+        for walk in &mut walks {
+            let (qi, upto, passed) = *walk;
+            let (min, _) = probe_bounds(batch, qi);
+            let done = upto >= ranked[qi].len() || (upto >= min && passed >= batch.depth(qi));
+            if !done {
+                wanted.push((qi, upto..upto + 1));
+                walk.1 = upto + 1;
+            }
+        }
+    }
+    for (qi, upto, _) in walks {
+        ranked[qi].truncate(upto);
+    }
+    Ok((ranked, held))
+}
+
+/// What scanning one segment's partitions for a batch needs.
+struct SegmentScan<'s, 'v> {
+    view: &'s IndexView<'v>,
+    seg: &'s LoadedSegment,
+    batch: &'s ValidatedBatch,
+    /// Each query's partitions.
+    probes: &'s [Vec<u32>],
+    admission: &'s Admission<'s>,
+    loads: &'s Loads,
+    held: &'s Held,
+}
+
+/// Flat and SQ segments: each distinct partition once, all its queries.
+fn scan_partition_major(
+    scan: &SegmentScan<'_, '_>,
+    heaps: &mut [TopK],
+    profile: &mut Profile,
 ) -> Result<()> {
+    let SegmentScan {
+        view,
+        seg,
+        batch,
+        probes,
+        admission,
+        loads,
+        held,
+    } = *scan;
     let n = batch.len();
     let mut probers: Vec<Vec<usize>> = vec![Vec::new(); seg.partitions()];
-    for (qi, parts) in ranked.iter().enumerate() {
+    for (qi, parts) in probes.iter().enumerate() {
         for &p in parts {
             probers[p as usize].push(qi);
         }
@@ -191,13 +359,14 @@ fn scan_partition_major(
     let parts = view
         .pool
         .run(threads_for(view, n, work, units.len()), |_| {
-            let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.depth(i))).collect();
+            let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.index_depth(i))).collect();
             let (mut qrows, mut qnorms, mut qoffsets, mut scores) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
                 view.cancel.check()?;
-                let part = loads.fetch(seg, p, view)?;
+                let part = loads.fetch(seg, p, view, held)?;
                 let qs = &probers[p as usize];
+                let bits = admission.bits_for(batch, qs.iter().copied(), &seg.key, p, &part)?;
                 for group in qs.chunks(QUERY_GROUP) {
                     qrows.clear();
                     qnorms.clear();
@@ -220,7 +389,7 @@ fn scan_partition_major(
                         push_scored(
                             &scores[j * stride..j * stride + part.len()],
                             &part.row_ids,
-                            masks,
+                            admission.test(bits.of(batch.prefilter(qi))),
                             &mut local[qi],
                         );
                     }
@@ -239,49 +408,62 @@ fn scan_partition_major(
     Ok(())
 }
 
-/// PQ segments, queries `block`: fetch the block's distinct partitions once,
-/// then score query by query.
-#[allow(clippy::too_many_arguments)]
+/// PQ segments, queries `block`: fetch the block's distinct partitions once
+/// (with their prefilter bits), then score query by query.
 fn scan_pq_block(
-    view: &IndexView<'_>,
-    seg: &LoadedSegment,
-    batch: &ValidatedBatch,
-    ranked: &[Vec<u32>],
+    scan: &SegmentScan<'_, '_>,
     block: std::ops::Range<usize>,
-    masks: &Masks,
     heaps: &mut [TopK],
-    loads: &Loads,
     profile: &mut Profile,
 ) -> Result<()> {
+    let SegmentScan {
+        view,
+        seg,
+        batch,
+        probes,
+        admission,
+        loads,
+        held,
+    } = *scan;
     let mut slot = vec![usize::MAX; seg.partitions()];
     let mut units: Vec<u32> = Vec::new();
-    for parts in &ranked[block.clone()] {
-        for &p in parts {
+    let mut unit_queries: Vec<Vec<usize>> = Vec::new();
+    for qi in block.clone() {
+        for &p in &probes[qi] {
             if slot[p as usize] == usize::MAX {
                 slot[p as usize] = units.len();
                 units.push(p);
+                unit_queries.push(Vec::new());
             }
+            unit_queries[slot[p as usize]].push(qi);
         }
     }
     profile.distinct_partitions += units.len() as u64;
-    let work: usize = ranked[block.clone()]
+    let work: usize = probes[block.clone()]
         .iter()
         .flat_map(|parts| parts.iter().map(|&p| seg.partition_rows(p)))
         .sum();
     let threads = threads_for(view, block.len(), work, block.len());
-    // Fetch: each distinct partition once, shared out to the threads.
+    // Fetch: each distinct partition once, shared out to the threads, with
+    // the bits of each prefilter its queries bring.
     let next = AtomicUsize::new(0);
     let fetched = view.pool.run(threads, |_| {
         let mut got = Vec::new();
-        while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+        while let Some(u) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&u| u < units.len())
+        {
             view.cancel.check()?;
-            got.push((slot[p as usize], loads.fetch(seg, p, view)?));
+            let p = units[u];
+            let part = loads.fetch(seg, p, view, held)?;
+            let bits =
+                admission.bits_for(batch, unit_queries[u].iter().copied(), &seg.key, p, &part)?;
+            got.push((u, part, bits));
         }
         Ok(got)
     })?;
-    let mut partitions: Vec<Option<Arc<Partition>>> = vec![None; units.len()];
-    for (i, part) in fetched.into_iter().flatten() {
-        partitions[i] = Some(part);
+    let mut partitions = Vec::new();
+    partitions.resize_with(units.len(), || None);
+    for (u, part, bits) in fetched.into_iter().flatten() {
+        partitions[u] = Some((part, bits));
     }
     // Score: queries shared out to the threads, each with its table hot.
     // Each query's heap so far (from earlier segments) goes with it, so the
@@ -302,13 +484,14 @@ fn scan_pq_block(
                 Ok(mut h) => std::mem::replace(&mut *h, TopK::new(0)),
                 Err(_) => return Err(Error::Internal("a scan thread panicked".into())),
             };
-            for &p in &ranked[qi] {
+            for &p in &probes[qi] {
                 view.cancel.check()?;
-                let part = partitions[slot[p as usize]]
+                let (part, bits) = partitions[slot[p as usize]]
                     .as_ref()
                     .ok_or_else(|| Error::Internal(format!("partition {p} was not fetched")))?;
+                let test = admission.test(bits.of(batch.prefilter(qi)));
                 let rescored =
-                    scan_pq_partition(seg, p, part, batch.metric, q, &pq, masks, &mut heap)?;
+                    scan_pq_partition(seg, p, part, batch.metric, q, &pq, test, &mut heap)?;
                 loads.scored.fetch_add(part.len() as u64, Ordering::Relaxed);
                 loads.rescored.fetch_add(rescored as u64, Ordering::Relaxed);
             }
@@ -320,4 +503,74 @@ fn scan_pq_block(
         heaps[qi] = heap;
     }
     Ok(())
+}
+
+/// Turns each query's index heap into its top k + offset: as is, or — for a
+/// query with a refine factor — reranked by exact float32 distances. The
+/// union of the refining queries' candidates is grouped by fragment, so
+/// each fragment's vector column is read once for the batch; each
+/// candidate's distance is computed as the single-query rerank computes it
+/// (`fma_dot` of the prepared query and the stored vector, finished by the
+/// metric), sorted and cut the same way.
+pub fn refine_shared(
+    view: &IndexView<'_>,
+    batch: &ValidatedBatch,
+    heaps: Vec<TopK>,
+    profile: &mut Profile,
+) -> Result<Vec<TopK>> {
+    let refining: Vec<bool> = batch
+        .specs
+        .iter()
+        .map(|s| s.refine_factor.is_some())
+        .collect();
+    if !refining.contains(&true) {
+        return Ok(heaps);
+    }
+    let mut found: Vec<Vec<Candidate>> = heaps.into_iter().map(TopK::into_sorted_vec).collect();
+    let mut by_fragment: HashMap<u32, Vec<(usize, usize)>> = HashMap::new();
+    for (qi, cands) in found.iter().enumerate() {
+        if refining[qi] {
+            for (j, c) in cands.iter().enumerate() {
+                by_fragment
+                    .entry((c.row_id >> 32) as u32)
+                    .or_default()
+                    .push((qi, j));
+            }
+        }
+    }
+    for (fragment, pairs) in &by_fragment {
+        view.cancel.check()?;
+        let frag = view
+            .fragments
+            .iter()
+            .find(|f| f.meta.id == *fragment)
+            .ok_or_else(|| {
+                Error::Internal(format!("fragment {fragment} is not in the snapshot"))
+            })?;
+        let vectors = frag.vectors(&batch.column)?;
+        for &(qi, j) in pairs {
+            let c = &mut found[qi][j];
+            let i = (c.row_id & 0xffff_ffff) as usize;
+            c.distance = batch.metric.finish(
+                fma_dot(batch.queries.row(qi), &vectors.vector(i)),
+                batch.queries.norms_sq[qi],
+                vectors.norms_sq()[i],
+            );
+        }
+        profile.refine_rows_read += pairs.len() as u64;
+    }
+    Ok(found
+        .into_iter()
+        .enumerate()
+        .map(|(qi, mut cands)| {
+            if refining[qi] {
+                cands.sort_unstable();
+            }
+            let mut heap = TopK::new(batch.depth(qi));
+            for c in cands {
+                heap.push(c);
+            }
+            heap
+        })
+        .collect())
 }

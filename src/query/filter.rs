@@ -171,9 +171,25 @@ impl Filter {
         out
     }
 
+    /// Whether the filter is true at each of the rows `rows` of `batch`
+    /// (in that order): what a scan needs when it touches only some rows
+    /// of a fragment, at a cost that follows those rows, not the fragment.
+    pub fn evaluate_at(&self, batch: &RecordBatch, rows: &[u32]) -> Result<Vec<bool>> {
+        if let Some(&bad) = rows.iter().find(|&&r| r as usize >= batch.num_rows()) {
+            return Err(Error::Internal(format!(
+                "filter asked about row {bad} of a batch of {}",
+                batch.num_rows()
+            )));
+        }
+        Ok(eval(&self.pred, batch, Rows::At(rows))?
+            .into_iter()
+            .map(|t| t == Some(true))
+            .collect())
+    }
+
     /// Offsets of the rows of `batch` for which the filter is true.
     pub fn evaluate(&self, batch: &RecordBatch) -> Result<RoaringBitmap> {
-        let truth = eval(&self.pred, batch)?;
+        let truth = eval(&self.pred, batch, Rows::All(batch.num_rows()))?;
         Ok(truth
             .iter()
             .enumerate()
@@ -836,6 +852,31 @@ fn like(text: &str, pattern: &[char]) -> bool {
 
 type Truth = Vec<Option<bool>>;
 
+/// The rows of a batch an evaluation covers: all of them, or some.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    All(usize),
+    At(&'a [u32]),
+}
+
+impl Rows<'_> {
+    fn len(self) -> usize {
+        match self {
+            Rows::All(n) => n,
+            Rows::At(rows) => rows.len(),
+        }
+    }
+
+    /// `f` of every covered row, in order.
+    #[inline]
+    fn map(self, mut f: impl FnMut(usize) -> Option<bool>) -> Truth {
+        match self {
+            Rows::All(n) => (0..n).map(f).collect(),
+            Rows::At(rows) => rows.iter().map(|&r| f(r as usize)).collect(),
+        }
+    }
+}
+
 fn compare_literal(value: &Literal, row: RowValue<'_>) -> Option<std::cmp::Ordering> {
     match (row, value) {
         (RowValue::Int(a), Literal::Int(b)) => Some(a.cmp(b)),
@@ -856,9 +897,10 @@ enum RowValue<'a> {
     Bool(bool),
 }
 
-/// Calls `f` with each row's value of `column` (None for NULL).
+/// Calls `f` with each covered row's value of `column` (None for NULL).
 fn map_column(
     batch: &RecordBatch,
+    rows: Rows<'_>,
     column: &str,
     mut f: impl FnMut(Option<RowValue<'_>>) -> Option<bool>,
 ) -> Result<Truth> {
@@ -866,23 +908,14 @@ fn map_column(
         Error::Internal(format!("filter column '{column}' missing from fragment"))
     })?;
     let any = array.as_any();
-    let n = array.len();
     let out = if let Some(a) = any.downcast_ref::<Int64Array>() {
-        (0..n)
-            .map(|i| f(a.is_valid(i).then(|| RowValue::Int(a.value(i)))))
-            .collect()
+        rows.map(|i| f(a.is_valid(i).then(|| RowValue::Int(a.value(i)))))
     } else if let Some(a) = any.downcast_ref::<Float64Array>() {
-        (0..n)
-            .map(|i| f(a.is_valid(i).then(|| RowValue::Float(a.value(i)))))
-            .collect()
+        rows.map(|i| f(a.is_valid(i).then(|| RowValue::Float(a.value(i)))))
     } else if let Some(a) = any.downcast_ref::<StringArray>() {
-        (0..n)
-            .map(|i| f(a.is_valid(i).then(|| RowValue::Str(a.value(i)))))
-            .collect()
+        rows.map(|i| f(a.is_valid(i).then(|| RowValue::Str(a.value(i)))))
     } else if let Some(a) = any.downcast_ref::<BooleanArray>() {
-        (0..n)
-            .map(|i| f(a.is_valid(i).then(|| RowValue::Bool(a.value(i)))))
-            .collect()
+        rows.map(|i| f(a.is_valid(i).then(|| RowValue::Bool(a.value(i)))))
     } else {
         return Err(Error::Internal(format!(
             "filter column '{column}' has an unexpected type"
@@ -891,10 +924,10 @@ fn map_column(
     Ok(out)
 }
 
-fn eval(pred: &Pred, batch: &RecordBatch) -> Result<Truth> {
+fn eval(pred: &Pred, batch: &RecordBatch, rows: Rows<'_>) -> Result<Truth> {
     Ok(match pred {
-        Pred::Const(b) => vec![Some(*b); batch.num_rows()],
-        Pred::Cmp { column, op, value } => map_column(batch, column, |v| {
+        Pred::Const(b) => vec![Some(*b); rows.len()],
+        Pred::Cmp { column, op, value } => map_column(batch, rows, column, |v| {
             v.and_then(|v| compare_literal(value, v))
                 .map(|o| op.holds(o))
         })?,
@@ -902,7 +935,7 @@ fn eval(pred: &Pred, batch: &RecordBatch) -> Result<Truth> {
             column,
             values,
             negated,
-        } => map_column(batch, column, |v| {
+        } => map_column(batch, rows, column, |v| {
             let v = v?;
             let found = values
                 .iter()
@@ -910,26 +943,26 @@ fn eval(pred: &Pred, batch: &RecordBatch) -> Result<Truth> {
             Some(found != *negated)
         })?,
         Pred::IsNull { column, negated } => {
-            map_column(batch, column, |v| Some(v.is_none() != *negated))?
+            map_column(batch, rows, column, |v| Some(v.is_none() != *negated))?
         }
         Pred::Like {
             column,
             pattern,
             negated,
-        } => map_column(batch, column, |v| match v? {
+        } => map_column(batch, rows, column, |v| match v? {
             RowValue::Str(s) => Some(like(s, pattern) != *negated),
             _ => None,
         })?,
-        Pred::Not(inner) => eval(inner, batch)?
+        Pred::Not(inner) => eval(inner, batch, rows)?
             .into_iter()
             .map(|t| t.map(|b| !b))
             .collect(),
-        Pred::And(operands) => fold(operands, batch, Some(true), |x, y| match (x, y) {
+        Pred::And(operands) => fold(operands, batch, rows, Some(true), |x, y| match (x, y) {
             (Some(false), _) | (_, Some(false)) => Some(false),
             (Some(true), Some(true)) => Some(true),
             _ => None,
         })?,
-        Pred::Or(operands) => fold(operands, batch, Some(false), |x, y| match (x, y) {
+        Pred::Or(operands) => fold(operands, batch, rows, Some(false), |x, y| match (x, y) {
             (Some(true), _) | (_, Some(true)) => Some(true),
             (Some(false), Some(false)) => Some(false),
             _ => None,
@@ -942,12 +975,13 @@ fn eval(pred: &Pred, batch: &RecordBatch) -> Result<Truth> {
 fn fold(
     operands: &[Pred],
     batch: &RecordBatch,
+    rows: Rows<'_>,
     identity: Option<bool>,
     combine: impl Fn(Option<bool>, Option<bool>) -> Option<bool>,
 ) -> Result<Truth> {
-    let mut acc = vec![identity; batch.num_rows()];
+    let mut acc = vec![identity; rows.len()];
     for operand in operands {
-        for (x, y) in acc.iter_mut().zip(eval(operand, batch)?) {
+        for (x, y) in acc.iter_mut().zip(eval(operand, batch, rows)?) {
             *x = combine(*x, y);
         }
     }

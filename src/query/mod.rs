@@ -9,7 +9,8 @@ pub(crate) mod topk;
 pub(crate) use filter::Filter;
 pub(crate) use request::ValidatedBatch;
 pub use request::{
-    BatchQuery, FilterMode, Nprobes, PerQuery, Query, SearchMode, SearchOptions, SearchParams,
+    BatchQuery, FilterMode, Nprobes, PerQuery, PerQueryParams, Query, SearchMode, SearchOptions,
+    SearchParams, SharedParams,
 };
 pub use results::{Hit, ScalarValue, SearchResults};
 pub(crate) use topk::{Candidate, TopK};

@@ -56,8 +56,8 @@ pub enum Nprobes {
     },
 }
 
-/// Index-search options; part of the batch key (every query of a batch
-/// shares them).
+/// Index-search options. `use_index` and `fast_search` are shared by a
+/// scan; `nprobes` and `refine_factor` are per query.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SearchOptions {
     /// Use the column's index when it has one.
@@ -105,12 +105,13 @@ impl SearchOptions {
     }
 }
 
-/// What every query of a batch shares: column, filter, projection,
-/// version, metric, mode and index options — everything but the vectors, k
-/// and offset. Two requests with equal `SearchParams` (on the same dataset)
-/// can be answered by one batch; it is the coalescer's grouping key.
-/// [`Query`] and [`BatchQuery`] dereference to it, so `q.filter` or
-/// `b.options.nprobes` read and write these fields directly.
+/// A search's parameters: column, filter, projection, version, metric,
+/// mode and index options — everything but the vectors, k and offset. Of
+/// these, only [`SharedParams`] (version, column, metric, mode, index use)
+/// must be equal for two searches to share a scan; the filter, filter
+/// mode, projection, nprobes and refine factor are each query's own
+/// ([`PerQueryParams`]). [`Query`] and [`BatchQuery`] dereference to it, so
+/// `q.filter` or `b.options.nprobes` read and write these fields directly.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SearchParams {
     /// Vector column to search; may be left out when there is only one.
@@ -142,6 +143,106 @@ impl Default for SearchParams {
             metric: None,
             mode: SearchMode::Auto,
             options: SearchOptions::default(),
+        }
+    }
+}
+
+/// What one query of a batch chooses for itself, apart from its k and
+/// offset: filter, filter mode, partitions probed, refine factor and the
+/// columns returned. Queries with different choices still share one scan;
+/// only [`SharedParams`] must be equal.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PerQueryParams {
+    /// SQL filter over scalar columns.
+    #[serde(default)]
+    pub filter: Option<String>,
+    /// Pre- or post-filtering.
+    #[serde(default)]
+    pub filter_mode: FilterMode,
+    /// Scalar (or vector) columns to return with each row.
+    #[serde(default)]
+    pub projection: Vec<String>,
+    /// Partitions to probe.
+    #[serde(default = "default_nprobes")]
+    pub nprobes: Nprobes,
+    /// Take (k + offset) × r candidates from the index and rerank them
+    /// with the exact float32 vectors.
+    #[serde(default)]
+    pub refine_factor: Option<usize>,
+}
+
+fn default_nprobes() -> Nprobes {
+    SearchOptions::default().nprobes
+}
+
+impl Default for PerQueryParams {
+    fn default() -> Self {
+        PerQueryParams::from(&SearchParams::default())
+    }
+}
+
+impl From<&SearchParams> for PerQueryParams {
+    fn from(p: &SearchParams) -> Self {
+        PerQueryParams {
+            filter: p.filter.clone(),
+            filter_mode: p.filter_mode,
+            projection: p.projection.clone(),
+            nprobes: p.options.nprobes,
+            refine_factor: p.options.refine_factor,
+        }
+    }
+}
+
+/// What every query of one scan must share: the version, the column and
+/// metric (one partition read serves them all), the execution mode and
+/// whether unindexed fragments are scanned. With the dataset, the
+/// coalescer's grouping key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SharedParams {
+    /// Version searched.
+    pub version: Option<u64>,
+    /// Vector column.
+    pub column: Option<String>,
+    /// Metric.
+    pub metric: Option<Metric>,
+    /// Execution mode.
+    pub mode: SearchMode,
+    /// Use the column's index when it has one.
+    pub use_index: bool,
+    /// Skip the exact scan of fragments no index segment covers yet.
+    pub fast_search: bool,
+}
+
+impl SearchParams {
+    /// The part of these parameters a whole scan shares.
+    pub fn shared(&self) -> SharedParams {
+        SharedParams {
+            version: self.version,
+            column: self.column.clone(),
+            metric: self.metric,
+            mode: self.mode,
+            use_index: self.options.use_index,
+            fast_search: self.options.fast_search,
+        }
+    }
+
+    /// Search parameters with `shared` for the batch and `own` for the
+    /// query.
+    pub fn from_parts(shared: SharedParams, own: PerQueryParams) -> SearchParams {
+        SearchParams {
+            column: shared.column,
+            filter: own.filter,
+            filter_mode: own.filter_mode,
+            projection: own.projection,
+            version: shared.version,
+            metric: shared.metric,
+            mode: shared.mode,
+            options: SearchOptions {
+                use_index: shared.use_index,
+                nprobes: own.nprobes,
+                refine_factor: own.refine_factor,
+                fast_search: shared.fast_search,
+            },
         }
     }
 }
@@ -178,6 +279,7 @@ impl Query {
             k: PerQuery::All(self.k),
             offset: PerQuery::All(self.offset),
             params: self.params,
+            each: None,
         }
     }
 }
@@ -227,8 +329,9 @@ impl PerQuery {
     }
 }
 
-/// Many independent query vectors sharing one column, metric, filter,
-/// projection and version ([`SearchParams`]); each has its own k and offset.
+/// Many independent query vectors searched in one scan of one version,
+/// column and metric; each has its own k and offset, and (with `each`) its
+/// own filter, filter mode, projection, nprobes and refine factor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BatchQuery {
     /// The query vectors (an n × dim matrix, one row per query).
@@ -237,9 +340,15 @@ pub struct BatchQuery {
     pub k: PerQuery,
     /// Rows skipped, for all or per query.
     pub offset: PerQuery,
-    /// Everything the batch's queries share.
+    /// Parameters of the batch; without `each`, also every query's filter,
+    /// projection and probing.
     #[serde(flatten)]
     pub params: SearchParams,
+    /// One entry per query, in query order: each query's own filter,
+    /// filter mode, projection, nprobes and refine factor, in place of
+    /// those of `params`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub each: Option<Vec<PerQueryParams>>,
 }
 
 impl BatchQuery {
@@ -250,6 +359,15 @@ impl BatchQuery {
             k: PerQuery::All(k),
             offset: PerQuery::All(0),
             params: SearchParams::default(),
+            each: None,
+        }
+    }
+
+    /// Query `i`'s own parameters: its entry of `each`, or the batch's.
+    pub fn params_of(&self, i: usize) -> PerQueryParams {
+        match self.each.as_ref().and_then(|e| e.get(i)) {
+            Some(own) => own.clone(),
+            None => PerQueryParams::from(&self.params),
         }
     }
 }
@@ -365,6 +483,32 @@ impl BatchQuery {
         self.offset = PerQuery::Each(offsets);
         self
     }
+
+    /// Each query's own filter, filter mode, projection, nprobes and
+    /// refine factor, in query order (one entry per query).
+    pub fn each(mut self, each: Vec<PerQueryParams>) -> Self {
+        self.each = Some(each);
+        self
+    }
+}
+
+/// One validated query's own choices.
+#[derive(Clone, Debug)]
+pub struct QuerySpec {
+    /// Rows wanted.
+    pub k: usize,
+    /// Best rows skipped.
+    pub offset: usize,
+    /// Its filter: an index into [`ValidatedBatch::filters`].
+    pub filter: Option<usize>,
+    /// Pre- or post-filtering.
+    pub filter_mode: FilterMode,
+    /// Partitions to probe.
+    pub nprobes: Nprobes,
+    /// Refine factor.
+    pub refine_factor: Option<usize>,
+    /// Projected columns.
+    pub projection: Vec<String>,
 }
 
 /// A batch that passed every check, with queries prepared for the kernel.
@@ -378,20 +522,16 @@ pub struct ValidatedBatch {
     pub metric: Metric,
     /// Queries normalised (cosine) and with norms.
     pub queries: PreparedQueries,
-    /// k per query.
-    pub ks: Vec<usize>,
-    /// Offset per query.
-    pub offsets: Vec<usize>,
-    /// The compiled filter.
-    pub filter: Option<Filter>,
-    /// Pre- or post-filtering.
-    pub filter_mode: FilterMode,
-    /// Projected scalar columns.
-    pub projection: Vec<String>,
+    /// Each query's own k, offset, filter, probing and projection.
+    pub specs: Vec<QuerySpec>,
+    /// The batch's distinct filters (by normal form), compiled once.
+    pub filters: Vec<Filter>,
     /// Execution mode asked for.
     pub mode: SearchMode,
-    /// Index-search options.
-    pub options: SearchOptions,
+    /// Use the column's index when it has one.
+    pub use_index: bool,
+    /// Skip the exact scan of fragments no index covers yet.
+    pub fast_search: bool,
 }
 
 impl ValidatedBatch {
@@ -411,12 +551,21 @@ impl ValidatedBatch {
                 max: limits.max_batch_size,
             });
         }
-        batch.options.validate()?;
+        if let Some(each) = &batch.each {
+            if each.len() != n {
+                return Err(Error::InvalidArgument(format!(
+                    "each has {} entries for {n} queries",
+                    each.len()
+                )));
+            }
+        }
         let (column, dim, default_metric) = schema.vector_column(batch.column.as_deref())?;
         let metric = batch.metric.unwrap_or(default_metric);
         let ks = batch.k.expand("k", n)?;
         let offsets = batch.offset.expand("offset", n)?;
-        for (&k, &offset) in ks.iter().zip(&offsets) {
+        let mut filters: Vec<Filter> = Vec::new();
+        let mut specs = Vec::with_capacity(n);
+        for (qi, (&k, &offset)) in ks.iter().zip(&offsets).enumerate() {
             if k == 0 {
                 return Err(Error::InvalidArgument("k must be at least 1".into()));
             }
@@ -434,6 +583,44 @@ impl ValidatedBatch {
                     max: limits.max_offset,
                 });
             }
+            let own = batch.params_of(qi);
+            SearchOptions {
+                use_index: batch.options.use_index,
+                nprobes: own.nprobes,
+                refine_factor: own.refine_factor,
+                fast_search: batch.options.fast_search,
+            }
+            .validate()?;
+            let filter = match &own.filter {
+                Some(sql) => {
+                    let parsed = Filter::parse(sql, schema)?;
+                    Some(
+                        match filters
+                            .iter()
+                            .position(|f| f.normalized() == parsed.normalized())
+                        {
+                            Some(i) => i,
+                            None => {
+                                filters.push(parsed);
+                                filters.len() - 1
+                            }
+                        },
+                    )
+                }
+                None => None,
+            };
+            for name in &own.projection {
+                schema.column(name)?;
+            }
+            specs.push(QuerySpec {
+                k,
+                offset,
+                filter,
+                filter_mode: own.filter_mode,
+                nprobes: own.nprobes,
+                refine_factor: own.refine_factor,
+                projection: own.projection,
+            });
         }
         let mut flat = Vec::with_capacity(n * dim);
         for (qi, v) in batch.vectors.iter().enumerate() {
@@ -461,41 +648,62 @@ impl ValidatedBatch {
             }
             flat.extend_from_slice(v);
         }
-        let filter = match &batch.filter {
-            Some(sql) => Some(Filter::parse(sql, schema)?),
-            None => None,
-        };
-        for name in &batch.projection {
-            schema.column(name)?;
-        }
         Ok(ValidatedBatch {
             column: column.to_string(),
             dim,
             metric,
             queries: PreparedQueries::new(metric, dim, &flat),
-            ks,
-            offsets,
-            filter,
-            filter_mode: batch.filter_mode,
-            projection: batch.projection.clone(),
+            specs,
+            filters,
             mode: batch.mode,
-            options: batch.options,
+            use_index: batch.options.use_index,
+            fast_search: batch.options.fast_search,
         })
     }
 
     /// Number of queries.
     pub fn len(&self) -> usize {
-        self.ks.len()
+        self.specs.len()
     }
 
     /// True for an empty batch (never, once validated).
     pub fn is_empty(&self) -> bool {
-        self.ks.is_empty()
+        self.specs.is_empty()
     }
 
     /// Heap capacity of query `i`: its k plus its offset.
     pub fn depth(&self, i: usize) -> usize {
-        self.ks[i] + self.offsets[i]
+        self.specs[i].k + self.specs[i].offset
+    }
+
+    /// Candidates query `i` takes from the index: its depth, times its
+    /// refine factor when it has one.
+    pub fn index_depth(&self, i: usize) -> usize {
+        self.depth(i)
+            .saturating_mul(self.specs[i].refine_factor.unwrap_or(1))
+    }
+
+    /// The slot (in [`ValidatedBatch::filters`]) of query `i`'s
+    /// prefilter: the filter that decides which rows are its candidates.
+    pub fn prefilter(&self, i: usize) -> Option<usize> {
+        let spec = &self.specs[i];
+        match spec.filter_mode {
+            FilterMode::Prefilter => spec.filter,
+            FilterMode::Postfilter => None,
+        }
+    }
+
+    /// The distinct prefilters, as slots of [`ValidatedBatch::filters`]
+    /// (`None` for queries without one), in order of first use.
+    pub fn distinct_prefilters(&self) -> Vec<Option<usize>> {
+        let mut out = Vec::new();
+        for i in 0..self.len() {
+            let f = self.prefilter(i);
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+        out
     }
 
     /// The same batch restricted to the queries `ids`, in that order.
@@ -513,13 +721,11 @@ impl ValidatedBatch {
             dim: self.dim,
             metric: self.metric,
             queries,
-            ks: ids.iter().map(|&i| self.ks[i]).collect(),
-            offsets: ids.iter().map(|&i| self.offsets[i]).collect(),
-            filter: self.filter.clone(),
-            filter_mode: self.filter_mode,
-            projection: self.projection.clone(),
+            specs: ids.iter().map(|&i| self.specs[i].clone()).collect(),
+            filters: self.filters.clone(),
             mode: self.mode,
-            options: self.options,
+            use_index: self.use_index,
+            fast_search: self.fast_search,
         }
     }
 }

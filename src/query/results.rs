@@ -38,13 +38,24 @@ pub struct Hit {
 pub struct SearchResults {
     /// The version searched.
     pub version: u64,
-    /// Names of the projected columns.
+    /// Names of the projected columns (the batch's projection).
     pub projection: Vec<String>,
+    /// Each query's projected columns, when queries chose their own
+    /// (`BatchQuery::each`) and they differ from `projection`; empty
+    /// otherwise. [`SearchResults::projection_of`] reads either.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub projections: Vec<Vec<String>>,
     /// Rows per query, nearest first.
     pub hits: Vec<Vec<Hit>>,
 }
 
 impl SearchResults {
+    /// The names of query `i`'s projected values, in the order of its
+    /// hits' values.
+    pub fn projection_of(&self, i: usize) -> &[String] {
+        self.projections.get(i).unwrap_or(&self.projection)
+    }
+
     /// All rows as `(query_index, hit)`, query by query.
     pub fn rows(&self) -> impl Iterator<Item = (usize, &Hit)> {
         self.hits

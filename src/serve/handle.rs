@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::exec::Profile;
 use crate::index::{IndexParams, IndexSegmentMeta};
 use crate::query::request::ValidatedBatch;
-use crate::query::{BatchQuery, PerQuery, Query, SearchResults};
+use crate::query::{BatchQuery, PerQuery, PerQueryParams, Query, SearchResults};
 use arrow_array::RecordBatch;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -106,7 +106,8 @@ impl DatasetHandle {
     }
 
     /// Searches for one vector's nearest rows, coalesced with concurrent
-    /// searches that share its parameters. The rows are exactly those of
+    /// searches of the same version, column, metric and mode (each keeps
+    /// its own filter, k, offset, nprobes, refine factor and projection). The rows are exactly those of
     /// [`Dataset::search`] on the version it resolves now. Dropping the
     /// future cancels the search.
     pub async fn search(&self, query: Query) -> Result<SearchResponse> {
@@ -182,8 +183,10 @@ impl DatasetHandle {
     }
 
     /// Checks `query` against the snapshot's schema and limits (a bad
-    /// query fails here and never joins a batch) and builds its batch key:
-    /// version, column and metric resolved, filter in normal form.
+    /// query fails here and never joins a batch) and builds its batch key
+    /// (version, column and metric resolved; mode and index use) and its
+    /// own parameters (filter in normal form, filter mode, projection,
+    /// nprobes, refine factor), which do not split batches.
     fn prepare(
         &self,
         snapshot: Dataset,
@@ -204,24 +207,29 @@ impl DatasetHandle {
             k: PerQuery::All(k),
             offset: PerQuery::All(offset),
             params,
+            each: None,
         };
         let validated = ValidatedBatch::new(&one, snapshot.schema(), &snapshot.config().limits)?;
-        let mut params = one.params;
-        params.version = Some(snapshot.version());
-        params.column = Some(validated.column);
-        params.metric = Some(validated.metric);
-        params.filter = validated.filter.map(|f| f.normalized().to_string());
+        let mut shared = one.params.shared();
+        shared.version = Some(snapshot.version());
+        shared.column = Some(validated.column.clone());
+        shared.metric = Some(validated.metric);
+        let mut own = PerQueryParams::from(&one.params);
+        own.filter = validated.specs[0]
+            .filter
+            .map(|f| validated.filters[f].normalized().to_string());
         let vector = one.vectors.pop().unwrap_or_default();
         let (reply, receiver) = reply_channel();
         Ok((
             BatchKey {
                 dataset: std::sync::Arc::clone(&self.inner.name),
-                params,
+                params: shared,
             },
             SearchRequest {
                 vector,
                 k,
                 offset,
+                own,
                 snapshot,
                 reply,
             },

@@ -17,7 +17,9 @@ use super::stats::Stats;
 use crate::db::Dataset;
 use crate::error::{Error, Result};
 use crate::exec::{CancelToken, Profile};
-use crate::query::{BatchQuery, Hit, PerQuery, SearchParams, SearchResults};
+use crate::query::{
+    BatchQuery, Hit, PerQuery, PerQueryParams, SearchParams, SearchResults, SharedParams,
+};
 use serde::Serialize;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,12 +30,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 /// What two searches must share to be answered by one scan: the dataset,
-/// and the search parameters with the version, column and metric resolved
-/// and the filter in normal form. k and offset are per query, not here.
+/// the version, column and metric (resolved), the mode and index use.
+/// Everything else (k, offset, filter, filter mode, nprobes, refine
+/// factor, projection) is each query's own, inside the batch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct BatchKey {
     pub dataset: std::sync::Arc<str>,
-    pub params: SearchParams,
+    pub params: SharedParams,
 }
 
 /// One caller's search as it waits in the coalescer.
@@ -42,6 +45,8 @@ pub(crate) struct SearchRequest {
     pub vector: Vec<f32>,
     pub k: usize,
     pub offset: usize,
+    /// Its own filter (normal form), filter mode, projection, probing.
+    pub own: PerQueryParams,
     /// The version the search resolved when it was submitted.
     pub snapshot: Dataset,
     pub reply: ReplySender<Result<SearchResponse>>,
@@ -205,6 +210,7 @@ impl Scanner {
         let mut offsets = Vec::with_capacity(n);
         let mut replies = Vec::with_capacity(n);
         let mut waits = Vec::with_capacity(n);
+        let mut owns = Vec::with_capacity(n);
         for r in live {
             let wait = now.saturating_duration_since(r.arrived);
             self.stats.queue_wait_us.record(wait.as_micros() as u64);
@@ -212,13 +218,15 @@ impl Scanner {
             vectors.push(r.payload.vector);
             ks.push(r.payload.k);
             offsets.push(r.payload.offset);
+            owns.push(r.payload.own);
             replies.push(r.payload.reply);
         }
         let query = BatchQuery {
             vectors,
             k: PerQuery::Each(ks),
             offset: PerQuery::Each(offsets),
-            params: batch.key.params,
+            params: SearchParams::from_parts(batch.key.params, PerQueryParams::default()),
+            each: Some(owns),
         };
         let id = self.next_batch.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("batch", id, key = %format_args!("{key_hash:016x}"), size = n, reason = ?batch.reason);
@@ -242,15 +250,15 @@ impl Scanner {
                     scan_us = took.as_micros() as u64,
                     "batch done"
                 );
-                let SearchResults {
-                    version,
-                    projection,
-                    hits,
-                } = results;
-                for ((reply, hits), queue_wait_us) in replies.into_iter().zip(hits).zip(waits) {
+                let projections: Vec<Vec<String>> =
+                    (0..n).map(|i| results.projection_of(i).to_vec()).collect();
+                let SearchResults { version, hits, .. } = results;
+                for (((reply, hits), queue_wait_us), projection) in
+                    replies.into_iter().zip(hits).zip(waits).zip(projections)
+                {
                     let response = SearchResponse {
                         version,
-                        projection: projection.clone(),
+                        projection,
                         hits,
                         batch: BatchInfo {
                             id,
@@ -379,17 +387,21 @@ async fn all_closed(replies: &mut [ReplySender<Result<SearchResponse>>]) {
 }
 
 /// Bytes a batch holds while it runs: the query vectors (the callers' and
-/// the prepared copy), one heap entry per candidate row (k + offset per
-/// query) and the result rows with their projected values.
+/// the prepared copy), one heap entry per candidate row ((k + offset) ×
+/// refine factor per query) and the result rows with their projected
+/// values.
 pub(crate) fn batch_bytes(query: &BatchQuery) -> u64 {
     const HEAP_ENTRY: u64 = 16;
     const HIT: u64 = std::mem::size_of::<Hit>() as u64;
     const VALUE: u64 = 32;
-    let projected = query.projection.len() as u64;
     let mut bytes = 0u64;
     for (i, v) in query.vectors.iter().enumerate() {
+        let own = query.params_of(i);
+        let projected = own.projection.len() as u64;
         let k = query.k.get(i) as u64;
-        let depth = k.saturating_add(query.offset.get(i) as u64);
+        let depth = k
+            .saturating_add(query.offset.get(i) as u64)
+            .saturating_mul(own.refine_factor.unwrap_or(1) as u64);
         bytes = bytes
             .saturating_add(v.len() as u64 * 8)
             .saturating_add(depth.saturating_mul(HEAP_ENTRY))

@@ -196,7 +196,11 @@ fn index_optimize_and_search_modes_from_the_command_line() {
         "2",
         "--explain",
     ]);
-    assert!(explain.contains("fallback: refine_factor"), "{explain}");
+    assert!(
+        explain.contains("mode shared_scan") && !explain.contains("fallback"),
+        "{explain}"
+    );
+    assert!(explain.contains("refine rows read 100"), "{explain}");
     let (a, _) = ok(&[
         "search",
         "--dataset",

@@ -196,15 +196,16 @@ async fn without_idle_flush_a_group_leaves_when_its_oldest_search_has_waited_the
     });
     until_pending(&engine, 1).await;
     tokio::time::advance(Duration::from_millis(7)).await;
+    // A filter of its own does not split the group...
     let b = tokio::spawn({
         let ds = ds.clone();
-        let q = query(rows, 2, 3);
+        let q = query(rows, 2, 3).filter("len < 5");
         async move { ds.search(q).await }
     });
-    // A different filter is a different group with its own window.
+    // ...but another mode is a different group with its own window.
     let c = tokio::spawn({
         let ds = ds.clone();
-        let q = query(rows, 2, 3).filter("len < 5");
+        let q = query(rows, 2, 3).mode(shoal::SearchMode::Exact);
         async move { ds.search(q).await }
     });
     let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());

@@ -245,6 +245,7 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
             threads: 2,
             pool: ds.session().pool(),
             cancel: &shoal::CancelToken::new(),
+            filters: ds.session().filter_cache(),
         };
         let validated = ValidatedBatch::new(&b, ds.schema(), &Config::default().limits).unwrap();
         let (cands, _) = shoal::internals::execute(&view, &validated).unwrap();

@@ -98,7 +98,7 @@ proptest! {
 }
 
 #[test]
-fn fallbacks_take_the_documented_mode_and_still_match_the_single_query_path() {
+fn modes_are_the_documented_ones_and_match_the_single_query_path() {
     let f = fixture(0, 0);
     let vectors: Vec<Vec<f32>> = f
         .rows
@@ -135,8 +135,8 @@ fn fallbacks_take_the_documented_mode_and_still_match_the_single_query_path() {
                 b.options.nprobes = Nprobes::Adaptive { min: 1, max: 4 };
                 b
             },
-            "per_query",
-            Some("adaptive nprobes"),
+            "shared_scan",
+            None,
         ),
         (
             {
@@ -144,8 +144,8 @@ fn fallbacks_take_the_documented_mode_and_still_match_the_single_query_path() {
                 b.options.refine_factor = Some(1);
                 b
             },
-            "per_query",
-            Some("refine_factor"),
+            "shared_scan",
+            None,
         ),
         (
             {
@@ -153,8 +153,8 @@ fn fallbacks_take_the_documented_mode_and_still_match_the_single_query_path() {
                 b.options.refine_factor = Some(3);
                 b
             },
-            "per_query",
-            Some("refine_factor"),
+            "shared_scan",
+            None,
         ),
         (
             {

@@ -1,0 +1,486 @@
+//! Which rows each query of a batch may return: rows visible in the
+//! snapshot (not deleted), and, for a query with a prefilter, rows its own
+//! filter admits.
+//!
+//! A batch holds queries with different filters. Filters are evaluated
+//! only on the rows a scan touches, never on a whole dataset for an
+//! indexed search:
+//!
+//! * an IVF partition that a query with filter F probes gets F evaluated
+//!   on that partition's rows once (the scalar columns F reads come through
+//!   the column cache, and only the rows of the partition are tested), as a
+//!   bit per partition row;
+//! * a fragment scanned exactly (no index, or not covered by one) gets F
+//!   evaluated on all its rows, since the scan reads them all anyway.
+//!
+//! Both kinds of result are kept in the session's [`FilterCache`] under
+//! (scope, filter in normal form): fragments and segments never change once
+//! written, so a filter repeated by later batches, or by other queries of
+//! the same batch, is not evaluated again. Deletions belong to a version,
+//! so they stay out of the cache: a batch builds one visibility mask per
+//! fragment from its deletion bitmap (a cost that follows the deleted
+//! rows, plus a word per 64 rows).
+
+use crate::error::{Error, Result};
+use crate::exec::profile::Profile;
+use crate::index::partition::Partition;
+use crate::query::{Filter, ValidatedBatch};
+use crate::storage::FragmentView;
+use moka::policy::EvictionPolicy;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Rows of a fragment or partition, as a dense bitset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowMask {
+    words: Vec<u64>,
+}
+
+impl RowMask {
+    /// All `rows` allowed.
+    pub fn all(rows: usize) -> RowMask {
+        let mut words = vec![u64::MAX; rows.div_ceil(64)];
+        if !rows.is_multiple_of(64) {
+            if let Some(last) = words.last_mut() {
+                *last = (1u64 << (rows % 64)) - 1;
+            }
+        }
+        RowMask { words }
+    }
+
+    /// No row of `rows` allowed.
+    pub fn none(rows: usize) -> RowMask {
+        RowMask {
+            words: vec![0; rows.div_ceil(64)],
+        }
+    }
+
+    /// Allows `offset`.
+    #[inline]
+    pub fn set(&mut self, offset: usize) {
+        self.words[offset / 64] |= 1u64 << (offset % 64);
+    }
+
+    /// Forbids every offset in `offsets`.
+    pub fn remove(&mut self, offsets: impl IntoIterator<Item = u32>) {
+        for o in offsets {
+            if let Some(w) = self.words.get_mut(o as usize / 64) {
+                *w &= !(1u64 << (o % 64));
+            }
+        }
+    }
+
+    /// Keeps only offsets in `offsets`.
+    pub fn intersect(&mut self, offsets: &roaring::RoaringBitmap) {
+        let mut keep = vec![0u64; self.words.len()];
+        for o in offsets {
+            if (o as usize / 64) < keep.len() {
+                keep[o as usize / 64] |= 1u64 << (o % 64);
+            }
+        }
+        for (w, k) in self.words.iter_mut().zip(keep) {
+            *w &= k;
+        }
+    }
+
+    /// Keeps only offsets `other` allows too.
+    pub fn and(&mut self, other: &RowMask) {
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            *w &= o;
+        }
+    }
+
+    /// Is `offset` allowed?
+    #[inline(always)]
+    pub fn contains(&self, offset: usize) -> bool {
+        self.words[offset / 64] >> (offset % 64) & 1 == 1
+    }
+
+    /// Is any offset in `start..end` allowed?
+    pub fn any_in(&self, start: usize, end: usize) -> bool {
+        if start >= end {
+            return false;
+        }
+        (start / 64..=(end - 1) / 64).any(|w| {
+            let lo = if w == start / 64 { start % 64 } else { 0 };
+            let hi = if w == (end - 1) / 64 {
+                (end - 1) % 64 + 1
+            } else {
+                64
+            };
+            let span = if hi - lo == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi - lo)) - 1) << lo
+            };
+            self.words[w] & span != 0
+        })
+    }
+
+    /// Number of allowed rows.
+    #[cfg(test)]
+    pub fn count(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    fn size_bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+}
+
+/// The rows a cached filter result covers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MaskScope {
+    /// Every row of the fragment file at this path, by offset.
+    Fragment(Arc<Path>),
+    /// The rows of partition `.1` of the index segment keyed `.0`, in
+    /// partition order.
+    Partition(Arc<str>, u32),
+}
+
+type FilterKey = (MaskScope, Arc<str>);
+
+/// Filter results by (scope, filter in normal form), bounded in bytes,
+/// least recently used evicted first; one per session. Scopes are immutable
+/// files, so an entry is valid for as long as it is held.
+pub struct FilterCache {
+    cache: moka::sync::Cache<FilterKey, Arc<RowMask>>,
+    evaluations: AtomicU64,
+}
+
+impl std::fmt::Debug for FilterCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FilterCache")
+            .field("evaluations", &self.evaluations())
+            .finish()
+    }
+}
+
+impl FilterCache {
+    /// A cache holding at most `capacity_bytes` of filter results.
+    pub fn new(capacity_bytes: u64) -> FilterCache {
+        FilterCache {
+            cache: moka::sync::Cache::builder()
+                .max_capacity(capacity_bytes)
+                .weigher(|k: &FilterKey, v: &Arc<RowMask>| {
+                    u32::try_from(v.size_bytes() + k.1.len() + 64).unwrap_or(u32::MAX)
+                })
+                .eviction_policy(EvictionPolicy::lru())
+                .build(),
+            evaluations: AtomicU64::new(0),
+        }
+    }
+
+    /// Filter evaluations so far (cache misses).
+    pub fn evaluations(&self) -> u64 {
+        self.evaluations.load(Ordering::Relaxed)
+    }
+
+    /// The result under `key`, evaluated by `eval` on a miss (concurrent
+    /// misses on one key evaluate once); `true` when this call evaluated.
+    fn get(
+        &self,
+        key: FilterKey,
+        eval: impl FnOnce() -> Result<RowMask>,
+    ) -> Result<(Arc<RowMask>, bool)> {
+        let mut evaluated = false;
+        let mask = self
+            .cache
+            .try_get_with(key, || {
+                evaluated = true;
+                eval().map(Arc::new)
+            })
+            .map_err(|e: Arc<Error>| (*e).clone())?;
+        if evaluated {
+            self.evaluations.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok((mask, evaluated))
+    }
+}
+
+/// Which rows one query may take from one partition or fragment: visible
+/// rows, and of those the ones its prefilter's bits allow (bits indexed by
+/// position in the partition or fragment).
+#[derive(Clone, Copy)]
+pub struct RowTest<'a> {
+    admission: &'a Admission<'a>,
+    bits: Option<&'a RowMask>,
+}
+
+impl RowTest<'_> {
+    /// May the row at position `r`, with id `row_id`, be returned?
+    #[inline(always)]
+    pub fn allows(&self, r: usize, row_id: u64) -> bool {
+        self.bits.is_none_or(|b| b.contains(r)) && self.admission.visible(row_id)
+    }
+
+    /// How many of `row_ids` (positions 0..) it allows.
+    pub fn count(&self, row_ids: &[u64]) -> usize {
+        row_ids
+            .iter()
+            .enumerate()
+            .filter(|&(r, &id)| self.allows(r, id))
+            .count()
+    }
+}
+
+/// Filter work of a batch, counted across scan threads.
+#[derive(Default)]
+struct FilterCounters {
+    rows_tested: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    nanos: AtomicU64,
+}
+
+/// A batch's view of which rows its queries may return.
+pub struct Admission<'a> {
+    fragments: &'a [FragmentView],
+    /// Position in `fragments` by fragment id (`usize::MAX`: not in the
+    /// snapshot).
+    slot: Vec<usize>,
+    /// Per fragment: rows not deleted in this version.
+    visible: Vec<RowMask>,
+    filters: &'a [Filter],
+    cache: &'a FilterCache,
+    counters: FilterCounters,
+}
+
+impl<'a> Admission<'a> {
+    /// Visibility of every fragment of the snapshot, for `batch`'s filters.
+    pub fn new(
+        fragments: &'a [FragmentView],
+        batch: &'a ValidatedBatch,
+        cache: &'a FilterCache,
+    ) -> Admission<'a> {
+        let max_id = fragments
+            .iter()
+            .map(|f| f.meta.id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut slot = vec![usize::MAX; max_id];
+        for (i, f) in fragments.iter().enumerate() {
+            slot[f.meta.id as usize] = i;
+        }
+        let visible = fragments
+            .iter()
+            .map(|f| {
+                let mut m = RowMask::all(f.rows());
+                if let Some(deleted) = &f.deleted {
+                    m.remove(deleted.iter());
+                }
+                m
+            })
+            .collect();
+        Admission {
+            fragments,
+            slot,
+            visible,
+            filters: &batch.filters,
+            cache,
+            counters: FilterCounters::default(),
+        }
+    }
+
+    /// Is `row_id` a row of the snapshot that is not deleted?
+    #[inline(always)]
+    pub fn visible(&self, row_id: u64) -> bool {
+        match self.slot.get((row_id >> 32) as usize) {
+            Some(&i) if i != usize::MAX => {
+                self.visible[i].contains((row_id & 0xffff_ffff) as usize)
+            }
+            _ => false,
+        }
+    }
+
+    /// A row test with `bits` (from [`Admission::partition_bits`]) as the
+    /// prefilter, or none.
+    pub fn test<'b>(&'b self, bits: Option<&'b RowMask>) -> RowTest<'b> {
+        RowTest {
+            admission: self,
+            bits,
+        }
+    }
+
+    /// Which rows of partition `p` (of the segment keyed `segment`) the
+    /// batch's filter `filter` admits, by position in the partition: from
+    /// the cache, or evaluated on the partition's rows alone.
+    pub fn partition_bits(
+        &self,
+        segment: &Arc<str>,
+        p: u32,
+        part: &Partition,
+        filter: usize,
+    ) -> Result<Arc<RowMask>> {
+        let f = self.filter(filter)?;
+        let key = (
+            MaskScope::Partition(segment.clone(), p),
+            Arc::from(f.normalized()),
+        );
+        self.cached(key, part.len(), || self.evaluate_rows(f, &part.row_ids))
+    }
+
+    /// Prefilter bits for every distinct prefilter of the queries `qs` of
+    /// `batch` over partition `p`: `(prefilter slot, bits)` pairs, to look
+    /// up with [`Bits::of`].
+    pub fn bits_for(
+        &self,
+        batch: &ValidatedBatch,
+        qs: impl IntoIterator<Item = usize>,
+        segment: &Arc<str>,
+        p: u32,
+        part: &Partition,
+    ) -> Result<Bits> {
+        let mut out = Bits(Vec::new());
+        for qi in qs {
+            if let Some(f) = batch.prefilter(qi) {
+                if !out.0.iter().any(|(g, _)| *g == f) {
+                    out.0.push((f, self.partition_bits(segment, p, part, f)?));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The rows of fragment number `i` (position in the snapshot) that a
+    /// query with prefilter `filter` may return: visible and, with a
+    /// filter, matching it (evaluated on the whole fragment, or cached).
+    pub fn fragment_mask(&self, i: usize, filter: Option<usize>) -> Result<RowMask> {
+        let mut mask = self.visible[i].clone();
+        if let Some(filter) = filter {
+            let f = self.filter(filter)?;
+            let frag = &self.fragments[i];
+            let key = (
+                MaskScope::Fragment(Arc::from(frag.path())),
+                Arc::from(f.normalized()),
+            );
+            let bits = self.cached(key, frag.rows(), || {
+                let matched = f.evaluate(&frag.scalars(&f.columns())?)?;
+                let mut m = RowMask::all(frag.rows());
+                m.intersect(&matched);
+                Ok(m)
+            })?;
+            mask.and(&bits);
+        }
+        Ok(mask)
+    }
+
+    /// Whether each of `row_ids` matches filter slot `filter` (tested on
+    /// those rows alone): the postfilter's test of returned rows.
+    pub fn matches(&self, filter: usize, row_ids: &[u64]) -> Result<Vec<bool>> {
+        let f = self.filter(filter)?;
+        let start = Instant::now();
+        let mask = self.evaluate_rows(f, row_ids)?;
+        self.counters
+            .nanos
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok((0..row_ids.len()).map(|r| mask.contains(r)).collect())
+    }
+
+    fn filter(&self, slot: usize) -> Result<&'a Filter> {
+        self.filters
+            .get(slot)
+            .ok_or_else(|| Error::Internal(format!("no filter in slot {slot}")))
+    }
+
+    fn cached(
+        &self,
+        key: FilterKey,
+        rows: usize,
+        eval: impl FnOnce() -> Result<RowMask>,
+    ) -> Result<Arc<RowMask>> {
+        let start = Instant::now();
+        let (bits, evaluated) = self.cache.get(key, eval)?;
+        let counters = &self.counters;
+        if evaluated {
+            counters.misses.fetch_add(1, Ordering::Relaxed);
+            counters
+                .rows_tested
+                .fetch_add(rows as u64, Ordering::Relaxed);
+        } else {
+            counters.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        counters
+            .nanos
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(bits)
+    }
+
+    /// `f` tested on the rows `row_ids` (in any order, from any fragments
+    /// of the snapshot), as a bit per position; rows of fragments outside
+    /// the snapshot do not match.
+    fn evaluate_rows(&self, f: &Filter, row_ids: &[u64]) -> Result<RowMask> {
+        let mut out = RowMask::none(row_ids.len());
+        let columns = f.columns();
+        let mut start = 0;
+        while start < row_ids.len() {
+            let fragment = (row_ids[start] >> 32) as usize;
+            let mut end = start + 1;
+            while end < row_ids.len() && (row_ids[end] >> 32) as usize == fragment {
+                end += 1;
+            }
+            if let Some(&i) = self.slot.get(fragment).filter(|&&i| i != usize::MAX) {
+                let offsets: Vec<u32> = row_ids[start..end]
+                    .iter()
+                    .map(|&r| (r & 0xffff_ffff) as u32)
+                    .collect();
+                let scalars = self.fragments[i].scalars(&columns)?;
+                for (j, hit) in f.evaluate_at(&scalars, &offsets)?.into_iter().enumerate() {
+                    if hit {
+                        out.set(start + j);
+                    }
+                }
+            }
+            start = end;
+        }
+        Ok(out)
+    }
+
+    /// Adds the batch's filter work to `profile`.
+    pub fn add_to(&self, profile: &mut Profile) {
+        let c = &self.counters;
+        profile.filter_rows_tested += c.rows_tested.load(Ordering::Relaxed);
+        profile.filter_cache_hits += c.hits.load(Ordering::Relaxed);
+        profile.prefilter_builds += c.misses.load(Ordering::Relaxed) as usize;
+        profile.prefilter_ms += c.nanos.load(Ordering::Relaxed) as f64 / 1e6;
+    }
+}
+
+/// One partition's prefilter bits for the distinct prefilters of the
+/// queries probing it.
+pub struct Bits(Vec<(usize, Arc<RowMask>)>);
+
+impl Bits {
+    /// The bits of prefilter slot `filter` (`None`: no prefilter).
+    pub fn of(&self, filter: Option<usize>) -> Option<&RowMask> {
+        let f = filter?;
+        self.0.iter().find(|(g, _)| *g == f).map(|(_, b)| &**b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_mask_tracks_offsets() {
+        let mut m = RowMask::all(130);
+        assert_eq!(m.count(), 130);
+        m.remove([0, 64, 129]);
+        assert!(!m.contains(64) && m.contains(65));
+        let keep: roaring::RoaringBitmap = [1u32, 64, 65, 100].into_iter().collect();
+        m.intersect(&keep);
+        assert_eq!(m.count(), 3);
+        assert!(m.any_in(60, 70));
+        assert!(!m.any_in(2, 60));
+        assert!(!m.any_in(101, 130));
+        let mut n = RowMask::none(130);
+        n.set(65);
+        n.set(129);
+        m.and(&n);
+        assert_eq!(m.count(), 1);
+        assert!(m.contains(65));
+    }
+}
