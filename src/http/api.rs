@@ -2,8 +2,10 @@
 //! engine's types. Unknown fields are errors, like unknown config keys: a
 //! typo must not silently change nothing.
 
+use crate::error::Error;
 use crate::query::{
-    BatchQuery, FilterMode, Hit, Nprobes, PerQuery, Query, ScalarValue, SearchParams,
+    BatchQuery, FilterMode, Hit, Nprobes, PerQuery, PerQueryParams, Query, ScalarValue,
+    SearchParams,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -79,12 +81,46 @@ impl SearchBody {
     }
 }
 
-/// `POST /v1/datasets/{name}/search/batch` and `/explain`.
+/// One entry of a batch's `queries`: a full search of its own (vector,
+/// k, offset, filter, filter mode, nprobes, refine factor, selected
+/// columns). Entries share one scan; the batch-level `column`, `version`
+/// and `fast_search` apply to all.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchEntry {
+    /// The query vector.
+    pub vector: Vec<f32>,
+    /// Rows to return.
+    #[serde(default = "default_k")]
+    pub k: usize,
+    /// Rows to skip first.
+    #[serde(default)]
+    pub offset: usize,
+    /// SQL filter over scalar columns.
+    pub filter: Option<String>,
+    /// `prefilter` (default) or `postfilter`.
+    pub filter_mode: Option<FilterMode>,
+    /// Partitions probed.
+    pub nprobes: Option<usize>,
+    /// Rerank (k + offset) × R candidates with exact vectors.
+    pub refine_factor: Option<usize>,
+    /// Columns returned with each hit.
+    #[serde(default)]
+    pub select: Vec<String>,
+}
+
+/// `POST /v1/datasets/{name}/search/batch` and `/explain`: either
+/// `vectors` (with batch-wide `k`/`ks`, `offset`, filter and options) or
+/// `queries`, a list of full search requests.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchBody {
     /// The query vectors.
-    pub vectors: Vec<Vec<f32>>,
+    #[serde(default)]
+    pub vectors: Option<Vec<Vec<f32>>>,
+    /// Full search requests, one per query (instead of `vectors`).
+    #[serde(default)]
+    pub queries: Option<Vec<BatchEntry>>,
     /// Rows per query (all queries).
     pub k: Option<usize>,
     /// Rows per query, one per vector (instead of `k`).
@@ -98,15 +134,69 @@ pub struct BatchBody {
 }
 
 impl BatchBody {
-    /// The engine batch.
-    pub fn into_batch(self) -> BatchQuery {
-        let mut batch = BatchQuery::new(self.vectors, self.k.unwrap_or_else(default_k));
-        if let Some(ks) = self.ks {
-            batch.k = PerQuery::Each(ks);
+    /// The engine batch; an error when the body gives both or neither of
+    /// `vectors` and `queries`, or per-query fields beside `queries`.
+    pub fn into_batch(self) -> Result<BatchQuery, Error> {
+        let BatchBody {
+            vectors,
+            queries,
+            k,
+            ks,
+            offset,
+            params,
+        } = self;
+        let Some(entries) = queries else {
+            let Some(vectors) = vectors else {
+                return Err(Error::InvalidArgument(
+                    "a batch needs 'vectors' or 'queries'".into(),
+                ));
+            };
+            let mut batch = BatchQuery::new(vectors, k.unwrap_or_else(default_k));
+            if let Some(ks) = ks {
+                batch.k = PerQuery::Each(ks);
+            }
+            batch.offset = PerQuery::All(offset);
+            params.apply(&mut batch.params);
+            return Ok(batch);
+        };
+        let per_query_beside = vectors.is_some()
+            || k.is_some()
+            || ks.is_some()
+            || offset != 0
+            || params.filter.is_some()
+            || params.filter_mode.is_some()
+            || params.nprobes.is_some()
+            || params.refine_factor.is_some()
+            || !params.select.is_empty();
+        if per_query_beside {
+            return Err(Error::InvalidArgument(
+                "with 'queries', each entry gives its own vector, k, offset, filter, \
+                 filter_mode, nprobes, refine_factor and select; only column, version \
+                 and fast_search belong to the batch"
+                    .into(),
+            ));
         }
-        batch.offset = PerQuery::All(self.offset);
-        self.params.apply(&mut batch.params);
-        batch
+        let mut batch = BatchQuery::new(Vec::with_capacity(entries.len()), default_k());
+        params.apply(&mut batch.params);
+        let (mut ks, mut offsets, mut each) = (Vec::new(), Vec::new(), Vec::new());
+        for e in entries {
+            batch.vectors.push(e.vector);
+            ks.push(e.k);
+            offsets.push(e.offset);
+            let mut own = PerQueryParams::from(&batch.params);
+            own.filter = e.filter;
+            own.filter_mode = e.filter_mode.unwrap_or_default();
+            own.projection = e.select;
+            if let Some(n) = e.nprobes {
+                own.nprobes = Nprobes::Fixed(n);
+            }
+            own.refine_factor = e.refine_factor;
+            each.push(own);
+        }
+        batch.k = PerQuery::Each(ks);
+        batch.offset = PerQuery::Each(offsets);
+        batch.each = Some(each);
+        Ok(batch)
     }
 }
 

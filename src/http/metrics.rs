@@ -92,11 +92,17 @@ impl Collector for Snapshot {
                 .encode_descriptor(name, help, None, MetricType::Gauge)?
                 .encode_gauge(&value)?;
         }
-        let histograms: [(&str, &str, &HistogramSnapshot, f64); 3] = [
+        let histograms: [(&str, &str, &HistogramSnapshot, f64); 4] = [
             (
                 "batch_size",
                 "Queries per scanned batch",
                 &s.batch_size,
+                1.0,
+            ),
+            (
+                "batch_distinct_filters",
+                "Distinct filters among the queries of a scanned batch",
+                &s.batch_filters,
                 1.0,
             ),
             (

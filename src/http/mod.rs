@@ -302,7 +302,7 @@ async fn search_batch(
 ) -> Result<Json<Value>, ApiError> {
     let started = Instant::now();
     let ds = engine.dataset(&name).await?;
-    let results = ds.search_batch(body.into_batch()).await?;
+    let results = ds.search_batch(body.into_batch()?).await?;
     Ok(Json(json!({
         "version": results.version,
         "results": results_json(&results),
@@ -316,7 +316,7 @@ async fn explain(
     JsonBody(body): JsonBody<BatchBody>,
 ) -> Result<Json<Value>, ApiError> {
     let ds = engine.dataset(&name).await?;
-    let (results, profile) = ds.explain(body.into_batch()).await?;
+    let (results, profile) = ds.explain(body.into_batch()?).await?;
     Ok(Json(json!({
         "version": results.version,
         "results": results_json(&results),
@@ -329,7 +329,7 @@ fn results_json(results: &crate::query::SearchResults) -> Vec<Value> {
         .hits
         .iter()
         .enumerate()
-        .map(|(i, hits)| json!({ "query_index": i, "hits": hits_json(hits, &results.projection) }))
+        .map(|(i, hits)| json!({ "query_index": i, "hits": hits_json(hits, results.projection_of(i)) }))
         .collect()
 }
 
@@ -359,6 +359,15 @@ async fn stats(State(engine): State<Engine>) -> Json<Value> {
         "pending": s.pending,
         "cache_hit_ratio": s.cache_hit_ratio(),
         "batched_requests": s.batch_size.sum,
+        "batches_by_distinct_filters": s
+            .batch_filters
+            .bounds
+            .iter()
+            .map(|b| b.to_string())
+            .chain(["more".to_string()])
+            .zip(&s.batch_filters.counts)
+            .map(|(bound, n)| (format!("le_{bound}"), json!(n)))
+            .collect::<serde_json::Map<String, Value>>(),
         "queue_wait_mean_us": s.queue_wait_us.mean(),
         "queue_wait_p99_us": quantile_bound(&s.queue_wait_us, 0.99),
         "scan_p99_us": quantile_bound(&s.scan_us, 0.99),

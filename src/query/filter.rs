@@ -1088,6 +1088,30 @@ mod tests {
     }
 
     #[test]
+    fn evaluating_some_rows_answers_what_evaluating_all_rows_answers_for_them() {
+        let sqls = [
+            "category = 'noun' AND len < 12",
+            "NOT (len >= 7)",
+            "len IS NULL OR flag",
+            "category LIKE 'n_un' OR score > 1",
+            "true",
+            "len NOT IN (3, 20) AND NOT flag",
+        ];
+        let picks: [&[u32]; 4] = [&[], &[4, 0, 2], &[1, 1, 3], &[0, 1, 2, 3, 4]];
+        for sql in sqls {
+            let f = Filter::parse(sql, &schema()).unwrap();
+            let all = f.evaluate(&batch()).unwrap();
+            for rows in picks {
+                let some = f.evaluate_at(&batch(), rows).unwrap();
+                let expected: Vec<bool> = rows.iter().map(|&r| all.contains(r)).collect();
+                assert_eq!(some, expected, "{sql} at {rows:?}");
+            }
+        }
+        let f = Filter::parse("len < 3", &schema()).unwrap();
+        assert!(f.evaluate_at(&batch(), &[5]).is_err(), "a row past the end");
+    }
+
+    #[test]
     fn bad_filters_get_clear_errors() {
         let err = |sql: &str| Filter::parse(sql, &schema()).unwrap_err().to_string();
         assert!(

@@ -241,7 +241,7 @@ impl Scanner {
             }
             Some(Err(e)) => self.fail(&e, replies),
             Some(Ok((results, profile, took))) => {
-                self.record_batch(n, took);
+                self.record_batch(n, took, &profile);
                 tracing::debug!(
                     id,
                     size = n,
@@ -295,7 +295,7 @@ impl Scanner {
         Stats::add(&self.stats.explicit_batches, 1);
         match outcome {
             Some(Ok((results, profile, took))) => {
-                self.record_batch(n, took);
+                self.record_batch(n, took, &profile);
                 Ok((results, profile))
             }
             Some(Err(e)) => {
@@ -354,8 +354,11 @@ impl Scanner {
         })
     }
 
-    fn record_batch(&self, n: usize, took: Duration) {
+    fn record_batch(&self, n: usize, took: Duration, profile: &Profile) {
         Stats::add(&self.stats.batches, 1);
+        self.stats
+            .batch_filters
+            .record(profile.distinct_filters as u64);
         self.stats.batch_size.record(n as u64);
         self.stats.scan_us.record(took.as_micros() as u64);
     }

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Upper bounds of the batch-size buckets (queries per batch).
 pub const BATCH_SIZE_BOUNDS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096];
+/// Upper bounds of the distinct-filters-per-batch buckets.
+pub const FILTER_COUNT_BOUNDS: &[u64] = &[0, 1, 2, 4, 8, 16, 32, 64, 256];
 /// Upper bounds of the time buckets, in microseconds.
 pub const MICROS_BOUNDS: &[u64] = &[
     50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
@@ -93,6 +95,7 @@ pub(crate) struct Stats {
     /// Searches waiting in the coalescer (a gauge the actor sets).
     pub pending: AtomicU64,
     pub batch_size: Histogram,
+    pub batch_filters: Histogram,
     pub queue_wait_us: Histogram,
     pub scan_us: Histogram,
 }
@@ -110,6 +113,7 @@ impl Stats {
             cancelled: AtomicU64::new(0),
             pending: AtomicU64::new(0),
             batch_size: Histogram::new(BATCH_SIZE_BOUNDS),
+            batch_filters: Histogram::new(FILTER_COUNT_BOUNDS),
             queue_wait_us: Histogram::new(MICROS_BOUNDS),
             scan_us: Histogram::new(MICROS_BOUNDS),
         }
@@ -131,6 +135,7 @@ impl Stats {
             deadline_exceeded: get(&self.deadline_exceeded),
             cancelled: get(&self.cancelled),
             batch_size: self.batch_size.snapshot(),
+            batch_filters: self.batch_filters.snapshot(),
             queue_wait_us: self.queue_wait_us.snapshot(),
             scan_us: self.scan_us.snapshot(),
             pending: get(&self.pending),
@@ -163,6 +168,9 @@ pub struct EngineStats {
     pub cancelled: u64,
     /// Queries per scanned batch.
     pub batch_size: HistogramSnapshot,
+    /// Scanned batches by the number of distinct filters their queries
+    /// bring (0: no query has a filter).
+    pub batch_filters: HistogramSnapshot,
     /// Time from submission to the start of the scan, per search (µs).
     pub queue_wait_us: HistogramSnapshot,
     /// Scan time per batch (µs).

@@ -112,12 +112,54 @@ async fn concurrent_callers_share_one_batch_and_each_gets_its_own_rows() {
     engine.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_with_sixteen_different_filters_share_one_batch() {
+    let (dir, rows) = shared_dir();
+    let engine = Engine::start(config(10_000_000, 32, false), dir.path()).unwrap();
+    let ds = engine.dataset("ds").await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let ds = ds.clone();
+        let mut q = query(rows, i * 13, 10).filter(format!("len < {}", 15 + i % 16));
+        if i % 5 == 0 {
+            q = q.adaptive_nprobes(1, 6);
+        }
+        if i % 7 == 0 {
+            q = q.refine_factor(2).select(["len"]);
+        }
+        tasks.push(tokio::spawn(async move { (q.clone(), ds.search(q).await) }));
+    }
+    for task in tasks {
+        let (q, response) = task.await.unwrap();
+        let response = response.unwrap();
+        assert_eq!(response.batch.size, 32, "one batch for every filter");
+        assert_eq!(response.batch.mode, "shared_scan");
+        assert_eq!(bits(&response.hits), alone(&ds, &q, response.version));
+        assert_eq!(response.projection, q.projection);
+    }
+    let stats = engine.stats();
+    assert_eq!(stats.batches, 1);
+    // The batch is counted in the 16-filter bucket.
+    let bucket = stats
+        .batch_filters
+        .bounds
+        .iter()
+        .position(|&b| b == 16)
+        .unwrap();
+    assert_eq!(stats.batch_filters.counts[bucket], 1);
+    assert_eq!(stats.batch_filters.sum, 16);
+    engine.shutdown().await;
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// Random concurrent callers — repeated vectors, copies of data rows,
-    /// several filters (so several groups), per-caller k and offset — each
-    /// get the rows, order and f32 distances of `Dataset::search` alone.
+    /// each with its own filter (or none, selective or not, admitting
+    /// fewer than k rows or none), filter mode, k, offset, fixed or
+    /// adaptive nprobes, refine factor and projection, all sharing batches
+    /// — each get the rows, order and f32 distances of `Dataset::search`
+    /// alone.
     #[test]
     fn coalesced_results_are_bit_identical_to_searching_alone(
         seed in any::<u64>(),
@@ -137,15 +179,37 @@ proptest! {
             let ds = engine.dataset("ds").await.unwrap();
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             let vectors = random_queries(&mut rng, rows, callers, DIM);
-            let filters = [None, Some("len < 12"), Some("category = 'noun' OR flag"), Some("len > 1000")];
+            let filters = [
+                None,
+                Some("len < 12"),
+                Some("category = 'noun' OR flag"),
+                Some("len > 1000"),
+                Some("id = 77"),
+                Some("len = 4 AND NOT flag"),
+                Some("id >= 500"),
+            ];
             let mut tasks = Vec::new();
             for v in vectors {
                 let mut q = Query::new(v, rng.random_range(1..25)).offset(rng.random_range(0..4));
                 if let Some(f) = filters[rng.random_range(0..filters.len())] {
                     q = q.filter(f);
+                    if rng.random_bool(0.2) {
+                        q = q.postfilter();
+                    }
                 }
                 if rng.random_bool(0.2) {
                     q = q.select(["category", "len"]);
+                }
+                q = match rng.random_range(0..3) {
+                    0 => q,
+                    1 => q.nprobes(rng.random_range(1..9)),
+                    _ => {
+                        let min = rng.random_range(1..4);
+                        q.adaptive_nprobes(min, rng.random_range(min..9))
+                    }
+                };
+                if rng.random_bool(0.25) {
+                    q = q.refine_factor(rng.random_range(1..4));
                 }
                 let ds = ds.clone();
                 tasks.push(tokio::spawn(async move { (q.clone(), ds.search(q).await) }));

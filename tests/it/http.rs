@@ -177,6 +177,50 @@ fn searches_over_http_answer_what_the_in_process_path_answers() {
         let want = pairs(&expected);
         assert_eq!(hits_of(&r["hits"]), want, "query {i}");
     }
+    // A batch of full search requests, each with its own filter, k,
+    // offset, probing and columns, answered by one shared scan.
+    let entries: Vec<serde_json::Value> = (0..6)
+        .map(|i| {
+            let mut e = serde_json::json!({
+                "vector": rows[i * 70].vector,
+                "k": 3 + i,
+                "offset": i % 2,
+                "filter": format!("len < {}", 10 + 3 * i),
+                "nprobes": 1 + i,
+            });
+            if i % 3 == 0 {
+                e["select"] = serde_json::json!(["len"]);
+                e["refine_factor"] = serde_json::json!(2);
+            }
+            if i == 4 {
+                e["filter_mode"] = serde_json::json!("postfilter");
+            }
+            e
+        })
+        .collect();
+    let (status, answer) = post(
+        &format!("{}/v1/datasets/ds/explain", server.url),
+        &serde_json::json!({ "queries": entries }).to_string(),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["profile"]["mode"], "shared_scan");
+    assert_eq!(answer["profile"]["distinct_filters"], 6);
+    for (i, r) in answer["results"].as_array().unwrap().iter().enumerate() {
+        let mut q = Query::new(rows[i * 70].vector.clone(), 3 + i)
+            .offset(i % 2)
+            .filter(format!("len < {}", 10 + 3 * i))
+            .nprobes(1 + i);
+        if i % 3 == 0 {
+            q = q.select(["len"]).refine_factor(2);
+        }
+        if i == 4 {
+            q = q.postfilter();
+        }
+        let expected = ds.search(&q).unwrap();
+        assert_eq!(hits_of(&r["hits"]), pairs(&expected), "entry {i}");
+        let columns = r["hits"][0]["columns"].as_object().unwrap();
+        assert_eq!(columns.contains_key("len"), i % 3 == 0, "entry {i}");
+    }
     let (status, explained) = post(
         &format!("{}/v1/datasets/ds/explain", server.url),
         &serde_json::json!({ "vectors": [rows[3].vector], "k": 2 }).to_string(),
@@ -345,6 +389,38 @@ fn bad_requests_get_a_json_error_with_the_right_status_and_change_nothing() {
             format!(r#"{{"vectors": [{v}, {v}, {v}, {v}, {v}], "k": 3}}"#),
             413,
             "limit_exceeded",
+        ),
+        (
+            batch.as_str(),
+            r#"{"k": 3}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            batch.as_str(),
+            format!(r#"{{"queries": [{{"vector": {v}}}], "filter": "len < 3"}}"#),
+            400,
+            "invalid_argument",
+        ),
+        (
+            batch.as_str(),
+            format!(r#"{{"queries": [{{"vector": {v}, "k": 3, "typo": 1}}]}}"#),
+            400,
+            "malformed_json",
+        ),
+        (
+            batch.as_str(),
+            format!(
+                r#"{{"queries": [{{"vector": {v}}}, {{"vector": {v}, "filter": "nope = 1"}}]}}"#
+            ),
+            400,
+            "bad_filter",
+        ),
+        (
+            batch.as_str(),
+            format!(r#"{{"queries": [{{"vector": {v}, "nprobes": 0}}]}}"#),
+            400,
+            "invalid_argument",
         ),
         (
             search.as_str(),

@@ -10,6 +10,7 @@ mod fuzz;
 mod http;
 mod ingest;
 mod ivf;
+mod mixed;
 mod real_data;
 mod session;
 mod shared;
