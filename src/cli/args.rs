@@ -133,6 +133,9 @@ impl AnnArgs {
     }
 }
 
+// Parsed once per process, so the size of its largest variant (`Bench`)
+// costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     /// Serve every dataset under --data over HTTP (builds a demo dataset
@@ -341,5 +344,20 @@ pub enum Command {
         /// engine: draw latency against throughput into this PNG.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// batch, engine: a SQL filter every query brings; with --filters N,
+        /// `{i}` in it is replaced by the filter's number (0..N).
+        #[arg(long)]
+        filter: Option<String>,
+        /// batch, engine: N distinct filters, query i drawing filter i mod N.
+        /// Without `{i}` in --filter, filter i is `(FILTER) AND id <> -(i+1)`:
+        /// distinct filters that admit the same rows.
+        #[arg(long, default_value_t = 1)]
+        filters: usize,
+        /// batch, engine: adaptive nprobes MIN,MAX instead of --nprobes.
+        #[arg(long, value_delimiter = ',')]
+        adaptive: Vec<usize>,
+        /// batch, engine: rerank (k + offset) × R index candidates exactly.
+        #[arg(long)]
+        refine_factor: Option<usize>,
     },
 }

@@ -528,6 +528,97 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
     Ok(report)
 }
 
+/// Each benchmark query's own filter, probing and refine factor.
+#[derive(Clone, Debug)]
+pub struct QueryShape {
+    /// Distinct filters (empty: none); query i takes filter i mod N.
+    pub filters: Vec<String>,
+    /// Partitions probed.
+    pub nprobes: shoal::Nprobes,
+    /// Refine factor.
+    pub refine_factor: Option<usize>,
+}
+
+impl QueryShape {
+    /// `filters` distinct filters from `template` (`{i}` replaced by the
+    /// filter number; without it, `(template) AND id <> -(i+1)`, distinct
+    /// filters admitting the same rows); fixed `nprobes`, or `adaptive`
+    /// `[min, max]` when given.
+    pub fn new(
+        template: Option<String>,
+        filters: usize,
+        nprobes: usize,
+        adaptive: &[usize],
+        refine_factor: Option<usize>,
+    ) -> Result<QueryShape> {
+        if filters == 0 {
+            return Err(shoal::Error::InvalidArgument(
+                "--filters must be at least 1".into(),
+            ));
+        }
+        let filters = match template {
+            None if filters > 1 => {
+                return Err(shoal::Error::InvalidArgument(
+                    "--filters N needs --filter (the template of the N filters)".into(),
+                ))
+            }
+            None => Vec::new(),
+            Some(t) if filters == 1 => vec![t.replace("{i}", "0")],
+            Some(t) if t.contains("{i}") => (0..filters)
+                .map(|i| t.replace("{i}", &i.to_string()))
+                .collect(),
+            Some(t) => (0..filters)
+                .map(|i| format!("({t}) AND id <> -{}", i + 1))
+                .collect(),
+        };
+        let nprobes = match adaptive {
+            [] => shoal::Nprobes::Fixed(nprobes),
+            [min, max] => shoal::Nprobes::Adaptive {
+                min: *min,
+                max: *max,
+            },
+            _ => {
+                return Err(shoal::Error::InvalidArgument(
+                    "--adaptive takes MIN,MAX".into(),
+                ))
+            }
+        };
+        Ok(QueryShape {
+            filters,
+            nprobes,
+            refine_factor,
+        })
+    }
+
+    /// Query number `i`'s own parameters.
+    pub fn own(&self, i: usize) -> shoal::PerQueryParams {
+        shoal::PerQueryParams {
+            filter: (!self.filters.is_empty())
+                .then(|| self.filters[i % self.filters.len()].clone()),
+            nprobes: self.nprobes,
+            refine_factor: self.refine_factor,
+            ..shoal::PerQueryParams::default()
+        }
+    }
+
+    /// One line saying what the queries ask for.
+    pub fn describe(&self) -> String {
+        let probes = match self.nprobes {
+            shoal::Nprobes::Fixed(n) => format!("nprobes = {n}"),
+            shoal::Nprobes::Adaptive { min, max } => format!("adaptive nprobes {min}..{max}"),
+        };
+        let filters = match self.filters.len() {
+            0 => "no filter".to_string(),
+            1 => format!("filter {}", self.filters[0]),
+            n => format!("{n} distinct filters like {}", self.filters[0]),
+        };
+        let refine = self
+            .refine_factor
+            .map_or(String::new(), |r| format!(", refine factor {r}"));
+        format!("{probes}, {filters}{refine}")
+    }
+}
+
 /// What `shoal bench --mode batch` measures.
 #[derive(Clone, Debug)]
 pub struct BatchBenchOptions {
@@ -539,8 +630,8 @@ pub struct BatchBenchOptions {
     pub groundtruth: Option<std::path::PathBuf>,
     /// k.
     pub k: usize,
-    /// Fixed nprobes.
-    pub nprobes: usize,
+    /// Each query's filter, probing and refine factor.
+    pub shape: QueryShape,
     /// Batch sizes.
     pub batch_sizes: Vec<usize>,
     /// Modes to compare.
@@ -580,6 +671,8 @@ pub struct BatchRow {
     pub scan_gflops: f64,
     /// Peak resident memory of the process so far, MiB.
     pub peak_rss_mib: f64,
+    /// Whether every query's ids equal those of the first mode measured.
+    pub same_as_first: bool,
 }
 
 /// Peak resident set size (VmHWM) in MiB, where the OS reports it.
@@ -599,7 +692,6 @@ pub fn peak_rss_mib() -> f64 {
 
 /// Shared scan against the per-query loop on an indexed dataset.
 pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchRow>> {
-    use shoal::query::Nprobes;
     use shoal::storage::ingest::{read_ivecs, read_vectors};
     let ds = Dataset::open_with_config(&opts.dataset, config.clone())?;
     let (_, queries) = read_vectors(&opts.queries)?;
@@ -620,10 +712,11 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
             .map(|&mode| {
                 queries
                     .chunks(b)
-                    .map(|c| {
-                        let mut q = BatchQuery::new(c.to_vec(), opts.k);
+                    .enumerate()
+                    .map(|(ci, c)| {
+                        let each = (0..c.len()).map(|j| opts.shape.own(ci * b + j)).collect();
+                        let mut q = BatchQuery::new(c.to_vec(), opts.k).each(each);
                         q.mode = mode;
-                        q.options.nprobes = Nprobes::Fixed(opts.nprobes);
                         q
                     })
                     .collect()
@@ -695,6 +788,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
                     0.0
                 },
                 peak_rss_mib: peak_rss_mib(),
+                same_as_first: found[mi] == found[0],
             });
             eprintln!(
                 "  {mode:?} batch {b}: {qps:.0} QPS (median of {} passes)",
@@ -704,19 +798,19 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
     }
     rows.sort_by(|a, b| a.mode.cmp(&b.mode).then(a.batch.cmp(&b.batch)));
     println!(
-        "batch benchmark: {} ({} rows), {} queries, k = {}, nprobes = {}, cache {} bytes",
+        "batch benchmark: {} ({} rows), {} queries, k = {}, {}, cache {} bytes",
         opts.dataset.display(),
         ds.count_rows(),
         queries.len(),
         opts.k,
-        opts.nprobes,
+        opts.shape.describe(),
         config.cache.capacity_bytes.bytes()
     );
-    println!("\n| mode (ran as) | batch | QPS | batch p50 ms | batch p99 ms | µs/query | recall@{} | pairs/batch | distinct partitions/batch | overlap | misses/batch | scan GFLOP/s | peak RSS MiB |", opts.k);
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("\n| mode (ran as) | batch | QPS | batch p50 ms | batch p99 ms | µs/query | recall@{} | pairs/batch | distinct partitions/batch | overlap | misses/batch | scan GFLOP/s | peak RSS MiB | ids = first mode's |", opts.k);
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in &rows {
         println!(
-            "| {} ({}) | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {:.0} |",
+            "| {} ({}) | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {:.0} | {} |",
             r.mode,
             r.ran_as,
             r.batch,
@@ -730,7 +824,8 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
             if r.distinct_per_batch > 0.0 { r.pairs_per_batch / r.distinct_per_batch } else { 0.0 },
             r.misses_per_batch,
             if r.scan_gflops > 0.0 { format!("{:.1}", r.scan_gflops) } else { "-".into() },
-            r.peak_rss_mib
+            r.peak_rss_mib,
+            if r.same_as_first { "yes" } else { "no" }
         );
     }
     Ok(rows)

@@ -4,7 +4,7 @@
 use super::args::{BenchModeArg, Cli, Command};
 use super::bench::{
     run_batch, run_exact, run_ivf, write_json, BatchBenchOptions, ExactBenchOptions,
-    IvfBenchOptions,
+    IvfBenchOptions, QueryShape,
 };
 use super::engine_bench::{run_engine_bench, EngineBenchOptions};
 use super::print::{committed, info, progress_printer, write_results};
@@ -219,6 +219,10 @@ pub fn run(cli: Cli) -> Result<()> {
             concurrency,
             window_us,
             plot,
+            filter,
+            filters,
+            adaptive,
+            refine_factor,
         } => match mode.unwrap_or(if !concurrency.is_empty() {
             BenchModeArg::Engine
         } else if dataset.is_some() {
@@ -271,12 +275,19 @@ pub fn run(cli: Cli) -> Result<()> {
                 if let Some(c) = cache_bytes {
                     config.cache.capacity_bytes = shoal::config::CacheCapacity::Bytes(c);
                 }
+                let shape = QueryShape::new(
+                    filter,
+                    filters,
+                    nprobes.first().copied().unwrap_or(16),
+                    &adaptive,
+                    refine_factor,
+                )?;
                 let opts = BatchBenchOptions {
                     dataset,
                     queries,
                     groundtruth,
                     k,
-                    nprobes: nprobes.first().copied().unwrap_or(16),
+                    shape,
                     batch_sizes,
                     modes: modes.into_iter().map(Into::into).collect(),
                     passes,
@@ -297,12 +308,19 @@ pub fn run(cli: Cli) -> Result<()> {
                 if let Some(c) = cache_bytes {
                     config.cache.capacity_bytes = shoal::config::CacheCapacity::Bytes(c);
                 }
+                let shape = QueryShape::new(
+                    filter,
+                    filters,
+                    nprobes.first().copied().unwrap_or(16),
+                    &adaptive,
+                    refine_factor,
+                )?;
                 let opts = EngineBenchOptions {
                     dataset,
                     queries,
                     groundtruth,
                     k,
-                    nprobes: nprobes.first().copied().unwrap_or(16),
+                    shape,
                     concurrency: if concurrency.is_empty() {
                         vec![1, 16, 64, 256]
                     } else {

@@ -9,7 +9,7 @@
 //! two, pass by pass, and QPS is the median pass; latency percentiles pool
 //! every request of every pass. Nothing here is asserted on.
 
-use super::bench::{peak_rss_mib, recall_at_k};
+use super::bench::{peak_rss_mib, recall_at_k, QueryShape};
 use serde::Serialize;
 use shoal::config::Config;
 use shoal::error::{Error, Result};
@@ -32,8 +32,8 @@ pub struct EngineBenchOptions {
     pub groundtruth: Option<PathBuf>,
     /// k per query.
     pub k: usize,
-    /// Partitions probed per query.
-    pub nprobes: usize,
+    /// Each query's filter, probing and refine factor.
+    pub shape: QueryShape,
     /// Client counts.
     pub concurrency: Vec<usize>,
     /// Coalescing windows to measure (µs).
@@ -129,18 +129,18 @@ pub fn run_engine_bench(opts: &EngineBenchOptions, config: &Config) -> Result<Ve
             engines.push((window, engine, ds));
         }
         eprintln!(
-            "engine benchmark: {} ({} rows), {} queries, k = {}, nprobes = {}, cache {} bytes",
+            "engine benchmark: {} ({} rows), {} queries, k = {}, {}, cache {} bytes",
             opts.dataset.display(),
             direct_ds.latest().count_rows(),
             queries.len(),
             opts.k,
-            opts.nprobes,
+            opts.shape.describe(),
             config.cache.capacity_bytes.bytes()
         );
         // Warm-up: every engine answers every query once (fills its cache).
         let warm = Duration::from_secs_f64(opts.seconds.min(1.0));
         for ds in std::iter::once(&direct_ds).chain(engines.iter().map(|(_, _, d)| d)) {
-            closed_loop(ds, &queries, opts.k, opts.nprobes, 16, warm).await?;
+            closed_loop(ds, &queries, opts.k, &opts.shape, 16, warm).await?;
         }
         let mut rows = Vec::new();
         let pass = Duration::from_secs_f64(opts.seconds);
@@ -236,7 +236,7 @@ async fn measure(
     duration: Duration,
 ) -> Result<()> {
     let before = engine.stats();
-    let pass = closed_loop(ds, queries, opts.k, opts.nprobes, clients, duration).await?;
+    let pass = closed_loop(ds, queries, opts.k, &opts.shape, clients, duration).await?;
     let after = engine.stats();
     fold(cell, pass, &before, &after, queries.len());
     Ok(())
@@ -263,7 +263,7 @@ async fn closed_loop(
     ds: &DatasetHandle,
     queries: &Arc<Vec<Vec<f32>>>,
     k: usize,
-    nprobes: usize,
+    shape: &QueryShape,
     clients: usize,
     duration: Duration,
 ) -> Result<Pass> {
@@ -275,12 +275,20 @@ async fn closed_loop(
         let ds = ds.clone();
         let queries = Arc::clone(queries);
         let next = Arc::clone(&next);
+        let shape = shape.clone();
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut answers = Vec::new();
             while Instant::now() < stop {
-                let i = next.fetch_add(1, Ordering::Relaxed) % queries.len();
-                let query = Query::new(queries[i].clone(), k).nprobes(nprobes);
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let i = n % queries.len();
+                let mut query = Query::new(queries[i].clone(), k);
+                // Filters cycle with the request count, not the query, so
+                // every query vector meets every filter over a run.
+                query.params = shoal::SearchParams::from_parts(
+                    query.params.shared(),
+                    shape.own(n / queries.len() + i),
+                );
                 let t = Instant::now();
                 let response = ds.search(query).await?;
                 latencies.push(t.elapsed());

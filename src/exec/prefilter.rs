@@ -140,7 +140,35 @@ pub enum MaskScope {
     Partition(Arc<str>, u32),
 }
 
-type FilterKey = (MaskScope, Arc<str>);
+/// A cached result's key: scope and filter, with a hash computed once per
+/// (scope, filter) from hashes the batch computed once per segment,
+/// fragment and filter, so a lookup hashes one word instead of two paths.
+#[derive(Clone, Debug)]
+struct FilterKey {
+    hash: u64,
+    scope: MaskScope,
+    filter: Arc<str>,
+}
+
+impl PartialEq for FilterKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.scope == other.scope && self.filter == other.filter
+    }
+}
+
+impl Eq for FilterKey {}
+
+impl std::hash::Hash for FilterKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// A stable hash of `value` (the same within a process).
+fn hash_of(value: &impl std::hash::Hash) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(value)
+}
 
 /// Filter results by (scope, filter in normal form), bounded in bytes,
 /// least recently used evicted first; one per session. Scopes are immutable
@@ -165,7 +193,7 @@ impl FilterCache {
             cache: moka::sync::Cache::builder()
                 .max_capacity(capacity_bytes)
                 .weigher(|k: &FilterKey, v: &Arc<RowMask>| {
-                    u32::try_from(v.size_bytes() + k.1.len() + 64).unwrap_or(u32::MAX)
+                    u32::try_from(v.size_bytes() + k.filter.len() + 64).unwrap_or(u32::MAX)
                 })
                 .eviction_policy(EvictionPolicy::lru())
                 .build(),
@@ -244,6 +272,8 @@ pub struct Admission<'a> {
     /// Per fragment: rows not deleted in this version.
     visible: Vec<RowMask>,
     filters: &'a [Filter],
+    /// Each filter's normal form and its hash, made once per batch.
+    names: Vec<(Arc<str>, u64)>,
     cache: &'a FilterCache,
     counters: FilterCounters,
 }
@@ -279,6 +309,11 @@ impl<'a> Admission<'a> {
             slot,
             visible,
             filters: &batch.filters,
+            names: batch
+                .filters
+                .iter()
+                .map(|f| (Arc::from(f.normalized()), hash_of(&f.normalized())))
+                .collect(),
             cache,
             counters: FilterCounters::default(),
         }
@@ -315,10 +350,7 @@ impl<'a> Admission<'a> {
         filter: usize,
     ) -> Result<Arc<RowMask>> {
         let f = self.filter(filter)?;
-        let key = (
-            MaskScope::Partition(segment.clone(), p),
-            Arc::from(f.normalized()),
-        );
+        let key = self.key(MaskScope::Partition(segment.clone(), p), filter)?;
         self.cached(key, part.len(), || self.evaluate_rows(f, &part.row_ids))
     }
 
@@ -352,10 +384,7 @@ impl<'a> Admission<'a> {
         if let Some(filter) = filter {
             let f = self.filter(filter)?;
             let frag = &self.fragments[i];
-            let key = (
-                MaskScope::Fragment(Arc::from(frag.path())),
-                Arc::from(f.normalized()),
-            );
+            let key = self.key(MaskScope::Fragment(Arc::from(frag.path())), filter)?;
             let bits = self.cached(key, frag.rows(), || {
                 let matched = f.evaluate(&frag.scalars(&f.columns())?)?;
                 let mut m = RowMask::all(frag.rows());
@@ -385,15 +414,43 @@ impl<'a> Admission<'a> {
             .ok_or_else(|| Error::Internal(format!("no filter in slot {slot}")))
     }
 
+    /// The cache key of filter slot `filter` over `scope`.
+    fn key(&self, scope: MaskScope, filter: usize) -> Result<FilterKey> {
+        let (name, name_hash) = self
+            .names
+            .get(filter)
+            .ok_or_else(|| Error::Internal(format!("no filter in slot {filter}")))?;
+        let scope_hash = match &scope {
+            // Hashing the segment key's address, not its text: a segment
+            // stays open (one `Arc`) for the session, and equal keys
+            // still compare equal by text if two opens ever differ.
+            MaskScope::Partition(segment, p) => {
+                hash_of(&(Arc::as_ptr(segment) as *const u8 as usize, *p))
+            }
+            MaskScope::Fragment(path) => hash_of(path),
+        };
+        Ok(FilterKey {
+            hash: scope_hash ^ name_hash.rotate_left(17),
+            scope,
+            filter: name.clone(),
+        })
+    }
+
     fn cached(
         &self,
         key: FilterKey,
         rows: usize,
         eval: impl FnOnce() -> Result<RowMask>,
     ) -> Result<Arc<RowMask>> {
-        let start = Instant::now();
-        let (bits, evaluated) = self.cache.get(key, eval)?;
         let counters = &self.counters;
+        let (bits, evaluated) = self.cache.get(key, || {
+            let start = Instant::now();
+            let out = eval();
+            counters
+                .nanos
+                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            out
+        })?;
         if evaluated {
             counters.misses.fetch_add(1, Ordering::Relaxed);
             counters
@@ -402,9 +459,6 @@ impl<'a> Admission<'a> {
         } else {
             counters.hits.fetch_add(1, Ordering::Relaxed);
         }
-        counters
-            .nanos
-            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(bits)
     }
 

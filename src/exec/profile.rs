@@ -20,7 +20,7 @@ pub struct Profile {
     pub filter_cache_hits: u64,
     /// Rows those evaluations tested.
     pub filter_rows_tested: u64,
-    /// Time testing rows against filters and looking results up.
+    /// Time evaluating filters (cache misses and postfilters).
     pub prefilter_ms: f64,
     /// (query, partition) pairs probed, summed over queries.
     pub pairs_probed: u64,
