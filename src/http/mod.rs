@@ -361,13 +361,11 @@ async fn stats(State(engine): State<Engine>) -> Json<Value> {
         "batched_requests": s.batch_size.sum,
         "batches_by_distinct_filters": s
             .batch_filters
-            .bounds
+            .counts
             .iter()
-            .map(|b| b.to_string())
-            .chain(["more".to_string()])
-            .zip(&s.batch_filters.counts)
-            .map(|(bound, n)| (format!("le_{bound}"), json!(n)))
-            .collect::<serde_json::Map<String, Value>>(),
+            .enumerate()
+            .map(|(i, n)| json!({ "max_filters": s.batch_filters.bounds.get(i), "batches": n }))
+            .collect::<Vec<Value>>(),
         "queue_wait_mean_us": s.queue_wait_us.mean(),
         "queue_wait_p99_us": quantile_bound(&s.queue_wait_us, 0.99),
         "scan_p99_us": quantile_bound(&s.scan_us, 0.99),
