@@ -246,7 +246,13 @@ fn concurrent_http_clients_share_a_batch() {
                 let url = format!("{}/v1/datasets/ds/search", server.url);
                 let v = rows[i * 13].vector.clone();
                 s.spawn(move || {
-                    let body = format!(r#"{{"vector": {}, "k": {}}}"#, json_vector(&v), 2 + i);
+                    // Four different filters: still one batch.
+                    let body = format!(
+                        r#"{{"vector": {}, "k": {}, "filter": "len < {}"}}"#,
+                        json_vector(&v),
+                        2 + i,
+                        12 + i % 4
+                    );
                     let (status, answer) = post(&url, &body);
                     assert_eq!(status, 200, "{answer}");
                     (i, answer)
@@ -258,13 +264,21 @@ fn concurrent_http_clients_share_a_batch() {
     for (i, answer) in answers {
         assert_eq!(answer["batch"]["size"], 12, "one batch for all twelve");
         let expected = ds
-            .search(&Query::new(rows[i * 13].vector.clone(), 2 + i))
+            .search(
+                &Query::new(rows[i * 13].vector.clone(), 2 + i)
+                    .filter(format!("len < {}", 12 + i % 4)),
+            )
             .unwrap();
         let want = pairs(&expected);
         assert_eq!(hits_of(&answer["hits"]), want);
     }
     let (_, stats) = get(&format!("{}/v1/stats", server.url));
     assert_eq!(stats["batches"], 1);
+    let by_filters = stats["batches_by_distinct_filters"].as_array().unwrap();
+    for bucket in by_filters {
+        let expected = if bucket["max_filters"] == 4 { 1 } else { 0 };
+        assert_eq!(bucket["batches"], expected, "{bucket}");
+    }
     assert_eq!(stats["requests"], 12);
     assert_eq!(stats["budget_in_use"], 0);
     // The same figures in the Prometheus text format.
@@ -288,6 +302,15 @@ fn concurrent_http_clients_share_a_batch() {
     assert_eq!(value("shoal_batch_size_bucket{le=\"8.0\"}"), 0.0);
     assert_eq!(value("shoal_batch_size_bucket{le=\"16.0\"}"), 1.0);
     assert_eq!(value("shoal_batch_size_bucket{le=\"+Inf\"}"), 1.0);
+    assert_eq!(value("shoal_batch_distinct_filters_sum"), 4.0);
+    assert_eq!(
+        value("shoal_batch_distinct_filters_bucket{le=\"2.0\"}"),
+        0.0
+    );
+    assert_eq!(
+        value("shoal_batch_distinct_filters_bucket{le=\"4.0\"}"),
+        1.0
+    );
     assert_eq!(value("shoal_budget_in_use_bytes"), 0.0);
     assert_eq!(value("shoal_queue_wait_seconds_count"), 12.0);
 }
