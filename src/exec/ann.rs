@@ -4,7 +4,7 @@
 //! a (query, row) distance is computed by the same code whichever path asks:
 //! [`rank_partitions`] (one kernel call for any number of queries),
 //! [`score_partition`] (flat/SQ through the dot kernel) with
-//! [`push_scored`] (bound test, mask check and heap push),
+//! [`push_scored`] (bound test, the query's row test and heap push),
 //! [`scan_pq_partition`] (PQ: quantized-table screen, then float lookup
 //! tables into the heap) and [`refine`] (exact rerank).
 //! [`search_per_query`] is the reference single-query path: each query

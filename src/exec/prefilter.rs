@@ -17,9 +17,9 @@
 //! (scope, filter in normal form): fragments and segments never change once
 //! written, so a filter repeated by later batches, or by other queries of
 //! the same batch, is not evaluated again. Deletions belong to a version,
-//! so they stay out of the cache: a batch builds one visibility mask per
-//! fragment from its deletion bitmap (a cost that follows the deleted
-//! rows, plus a word per 64 rows).
+//! so they stay out of the cache: a row's visibility is read from its
+//! fragment's deletion bitmap (roaring) when the row is tested, so a batch
+//! pays nothing per row of the dataset.
 
 use crate::error::{Error, Result};
 use crate::exec::profile::Profile;
@@ -69,19 +69,6 @@ impl RowMask {
             if let Some(w) = self.words.get_mut(o as usize / 64) {
                 *w &= !(1u64 << (o % 64));
             }
-        }
-    }
-
-    /// Keeps only offsets in `offsets`.
-    pub fn intersect(&mut self, offsets: &roaring::RoaringBitmap) {
-        let mut keep = vec![0u64; self.words.len()];
-        for o in offsets {
-            if (o as usize / 64) < keep.len() {
-                keep[o as usize / 64] |= 1u64 << (o % 64);
-            }
-        }
-        for (w, k) in self.words.iter_mut().zip(keep) {
-            *w &= k;
         }
     }
 
@@ -269,8 +256,8 @@ pub struct Admission<'a> {
     /// Position in `fragments` by fragment id (`usize::MAX`: not in the
     /// snapshot).
     slot: Vec<usize>,
-    /// Per fragment: rows not deleted in this version.
-    visible: Vec<RowMask>,
+    /// Per fragment: its rows and the offsets deleted in this version.
+    visible: Vec<(usize, Option<Arc<roaring::RoaringBitmap>>)>,
     filters: &'a [Filter],
     /// Each filter's normal form and its hash, made once per batch.
     names: Vec<(Arc<str>, u64)>,
@@ -296,13 +283,7 @@ impl<'a> Admission<'a> {
         }
         let visible = fragments
             .iter()
-            .map(|f| {
-                let mut m = RowMask::all(f.rows());
-                if let Some(deleted) = &f.deleted {
-                    m.remove(deleted.iter());
-                }
-                m
-            })
+            .map(|f| (f.rows(), f.deleted.clone()))
             .collect();
         Admission {
             fragments,
@@ -324,7 +305,9 @@ impl<'a> Admission<'a> {
     pub fn visible(&self, row_id: u64) -> bool {
         match self.slot.get((row_id >> 32) as usize) {
             Some(&i) if i != usize::MAX => {
-                self.visible[i].contains((row_id & 0xffff_ffff) as usize)
+                let (rows, deleted) = &self.visible[i];
+                let offset = (row_id & 0xffff_ffff) as u32;
+                (offset as usize) < *rows && !deleted.as_ref().is_some_and(|d| d.contains(offset))
             }
             _ => false,
         }
@@ -380,15 +363,21 @@ impl<'a> Admission<'a> {
     /// query with prefilter `filter` may return: visible and, with a
     /// filter, matching it (evaluated on the whole fragment, or cached).
     pub fn fragment_mask(&self, i: usize, filter: Option<usize>) -> Result<RowMask> {
-        let mut mask = self.visible[i].clone();
+        let (rows, deleted) = &self.visible[i];
+        let mut mask = RowMask::all(*rows);
+        if let Some(deleted) = deleted {
+            mask.remove(deleted.iter());
+        }
         if let Some(filter) = filter {
             let f = self.filter(filter)?;
             let frag = &self.fragments[i];
             let key = self.key(MaskScope::Fragment(Arc::from(frag.path())), filter)?;
             let bits = self.cached(key, frag.rows(), || {
-                let matched = f.evaluate(&frag.scalars(&f.columns())?)?;
-                let mut m = RowMask::all(frag.rows());
-                m.intersect(&matched);
+                let truth = f.evaluate_all(&frag.scalars(&f.columns())?)?;
+                let mut m = RowMask::none(frag.rows());
+                for (offset, _) in truth.iter().enumerate().filter(|(_, t)| **t) {
+                    m.set(offset);
+                }
                 Ok(m)
             })?;
             mask.and(&bits);
@@ -524,8 +513,11 @@ mod tests {
         assert_eq!(m.count(), 130);
         m.remove([0, 64, 129]);
         assert!(!m.contains(64) && m.contains(65));
-        let keep: roaring::RoaringBitmap = [1u32, 64, 65, 100].into_iter().collect();
-        m.intersect(&keep);
+        let mut keep = RowMask::none(130);
+        for o in [1, 64, 65, 100] {
+            keep.set(o);
+        }
+        m.and(&keep);
         assert_eq!(m.count(), 3);
         assert!(m.any_in(60, 70));
         assert!(!m.any_in(2, 60));

@@ -240,15 +240,20 @@ fn resolve_probes(
         return Ok((ranked, held));
     }
     let mut counts: HashMap<(u32, Option<usize>), usize> = HashMap::new();
-    // Round 0 counts partitions [0, min) of each walk; later rounds one.
-    let mut wanted: Vec<(usize, std::ops::Range<usize>)> =
-        walks.iter().map(|&(qi, upto, _)| (qi, 0..upto)).collect();
+    // (walk, positions of its ranked list) to count this round: round 0
+    // partitions [0, min) of each walk, later rounds one each.
+    let mut wanted: Vec<(usize, std::ops::Range<usize>)> = walks
+        .iter()
+        .enumerate()
+        .map(|(w, &(_, upto, _))| (w, 0..upto))
+        .collect();
     while !wanted.is_empty() {
         view.cancel.check()?;
         let mut round: Vec<u32> = Vec::new();
-        for (qi, range) in &wanted {
-            for &p in &ranked[*qi][range.clone()] {
-                if !held.contains_key(&p) && !round.contains(&p) {
+        let mut in_round = std::collections::HashSet::new();
+        for (w, range) in &wanted {
+            for &p in &ranked[walks[*w].0][range.clone()] {
+                if !held.contains_key(&p) && in_round.insert(p) {
                     round.push(p);
                 }
             }
@@ -267,13 +272,10 @@ fn resolve_probes(
                 Ok(got)
             })?;
         held.extend(fetched.into_iter().flatten());
-        for (qi, range) in &wanted {
-            let f = batch.prefilter(*qi);
-            let walk = walks
-                .iter_mut()
-                .find(|w| w.0 == *qi)
-                .ok_or_else(|| Error::Internal("adaptive walk lost".into()))?;
-            for &p in &ranked[*qi][range.clone()] {
+        for (w, range) in &wanted {
+            let walk = &mut walks[*w];
+            let f = batch.prefilter(walk.0);
+            for &p in &ranked[walk.0][range.clone()] {
                 let count = match counts.get(&(p, f)) {
                     Some(&c) => c,
                     None => {
@@ -295,12 +297,12 @@ fn resolve_probes(
         // Who probes one more: the single-query rule, checked before
         // probing position `upto`.
         wanted.clear();
-        for walk in &mut walks {
+        for (w, walk) in walks.iter_mut().enumerate() {
             let (qi, upto, passed) = *walk;
             let (min, _) = probe_bounds(batch, qi);
             let done = upto >= ranked[qi].len() || (upto >= min && passed >= batch.depth(qi));
             if !done {
-                wanted.push((qi, upto..upto + 1));
+                wanted.push((w, upto..upto + 1));
                 walk.1 = upto + 1;
             }
         }

@@ -187,6 +187,14 @@ impl Filter {
             .collect())
     }
 
+    /// Whether the filter is true at each row of `batch`, in order.
+    pub fn evaluate_all(&self, batch: &RecordBatch) -> Result<Vec<bool>> {
+        Ok(eval(&self.pred, batch, Rows::All(batch.num_rows()))?
+            .into_iter()
+            .map(|t| t == Some(true))
+            .collect())
+    }
+
     /// Offsets of the rows of `batch` for which the filter is true.
     pub fn evaluate(&self, batch: &RecordBatch) -> Result<RoaringBitmap> {
         let truth = eval(&self.pred, batch, Rows::All(batch.num_rows()))?;
@@ -1101,6 +1109,8 @@ mod tests {
         for sql in sqls {
             let f = Filter::parse(sql, &schema()).unwrap();
             let all = f.evaluate(&batch()).unwrap();
+            let every: Vec<bool> = (0..5).map(|r| all.contains(r)).collect();
+            assert_eq!(f.evaluate_all(&batch()).unwrap(), every, "{sql}");
             for rows in picks {
                 let some = f.evaluate_at(&batch(), rows).unwrap();
                 let expected: Vec<bool> = rows.iter().map(|&r| all.contains(r)).collect();

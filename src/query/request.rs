@@ -584,16 +584,30 @@ impl ValidatedBatch {
                 });
             }
             let own = batch.params_of(qi);
+            // A query's own bad option or filter names the query.
+            let in_query = |e: Error| -> Error {
+                if batch.each.is_none() || n == 1 {
+                    return e;
+                }
+                match e {
+                    Error::Filter { message } => Error::Filter {
+                        message: format!("query {qi}: {message}"),
+                    },
+                    Error::InvalidArgument(m) => Error::InvalidArgument(format!("query {qi}: {m}")),
+                    other => other,
+                }
+            };
             SearchOptions {
                 use_index: batch.options.use_index,
                 nprobes: own.nprobes,
                 refine_factor: own.refine_factor,
                 fast_search: batch.options.fast_search,
             }
-            .validate()?;
+            .validate()
+            .map_err(in_query)?;
             let filter = match &own.filter {
                 Some(sql) => {
-                    let parsed = Filter::parse(sql, schema)?;
+                    let parsed = Filter::parse(sql, schema).map_err(in_query)?;
                     Some(
                         match filters
                             .iter()

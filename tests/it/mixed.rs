@@ -354,3 +354,62 @@ fn shared_adaptive_probing_reports_its_rounds() {
         assert_eq!(rows_of(&res.hits[i]), rows, "query {i}");
     }
 }
+
+/// A query's own bad filter or option fails the batch with an error naming
+/// that query, before anything is scanned; `each` must have one entry per
+/// query.
+#[test]
+fn bad_per_query_input_is_refused_naming_the_query() {
+    let f = fixture(0, 0);
+    let vectors: Vec<Vec<f32>> = f.rows.iter().take(3).map(|r| r.vector.clone()).collect();
+    let good = PerQueryParams::default();
+    let cases: Vec<(PerQueryParams, &str)> = vec![
+        (
+            PerQueryParams {
+                filter: Some("nope = 1".into()),
+                ..good.clone()
+            },
+            "unknown column 'nope'",
+        ),
+        (
+            PerQueryParams {
+                filter: Some("len <<< 3".into()),
+                ..good.clone()
+            },
+            "query 2",
+        ),
+        (
+            PerQueryParams {
+                nprobes: Nprobes::Adaptive { min: 5, max: 2 },
+                ..good.clone()
+            },
+            "query 2: adaptive nprobes needs 1 <= min <= max",
+        ),
+        (
+            PerQueryParams {
+                refine_factor: Some(0),
+                ..good.clone()
+            },
+            "query 2: refine factor must be at least 1",
+        ),
+        (
+            PerQueryParams {
+                projection: vec!["missing".into()],
+                ..good.clone()
+            },
+            "unknown column 'missing'",
+        ),
+    ];
+    for (bad, expected) in cases {
+        let batch = BatchQuery::new(vectors.clone(), 5).each(vec![good.clone(), good.clone(), bad]);
+        let err = f.ds.search_batch(&batch).unwrap_err();
+        assert_eq!(err.kind(), shoal::ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains(expected), "{err}");
+    }
+    let short = BatchQuery::new(vectors, 5).each(vec![good]);
+    let err = f.ds.search_batch(&short).unwrap_err();
+    assert!(
+        err.to_string().contains("each has 1 entries for 3 queries"),
+        "{err}"
+    );
+}
