@@ -178,6 +178,9 @@ pub struct Limits {
     pub max_k: usize,
     /// Largest offset per query.
     pub max_offset: usize,
+    /// Largest refine factor: a query takes (k + offset) × factor index
+    /// candidates, kept in heaps and reranked with exact vectors.
+    pub max_refine_factor: usize,
     /// Most query vectors in one batch.
     pub max_batch_size: usize,
     /// Largest vector dimension of a column.
@@ -271,6 +274,7 @@ impl Config {
         }
         let positive = [
             ("limits.max_k", self.limits.max_k),
+            ("limits.max_refine_factor", self.limits.max_refine_factor),
             ("limits.max_batch_size", self.limits.max_batch_size),
             ("limits.max_dim", self.limits.max_dim),
             ("ingest.rows_per_fragment", self.ingest.rows_per_fragment),

@@ -16,7 +16,10 @@
 //! Both kinds of result are kept in the session's [`FilterCache`] under
 //! (scope, filter in normal form): fragments and segments never change once
 //! written, so a filter repeated by later batches, or by other queries of
-//! the same batch, is not evaluated again. Deletions belong to a version,
+//! the same batch, is not evaluated again. (A partition's result also
+//! assumes that every version holding the segment holds all the fragments
+//! it covers, which is so while fragments are only ever appended; a
+//! compaction that rewrites fragments must key results by version too.) Deletions belong to a version,
 //! so they stay out of the cache: a row's visibility is read from its
 //! fragment's deletion bitmap (roaring) when the row is tested, so a batch
 //! pays nothing per row of the dataset.

@@ -69,10 +69,6 @@ const QUERY_GROUP: usize = 16;
 /// (query, row) scores below which a segment is scanned on one thread.
 const MIN_PARALLEL_WORK: usize = 4_096;
 
-/// Partitions already loaded for this segment (by adaptive probing), which
-/// the scan takes before asking the cache again.
-type Held = HashMap<u32, Arc<Partition>>;
-
 /// Partition loads of one scan, counted across threads.
 #[derive(Default)]
 struct Loads {
@@ -84,16 +80,7 @@ struct Loads {
 }
 
 impl Loads {
-    fn fetch(
-        &self,
-        seg: &LoadedSegment,
-        p: u32,
-        view: &IndexView<'_>,
-        held: &Held,
-    ) -> Result<Arc<Partition>> {
-        if let Some(part) = held.get(&p) {
-            return Ok(Arc::clone(part));
-        }
+    fn fetch(&self, seg: &LoadedSegment, p: u32, view: &IndexView<'_>) -> Result<Arc<Partition>> {
         let (part, read) = seg.partition(p, view.cache)?;
         match read {
             Some(b) => {
@@ -146,7 +133,7 @@ pub fn search_shared(
         profile.rank_ms += ms_since(t);
         let t = Instant::now();
         let loads = Loads::default();
-        let (probes, held) = resolve_probes(view, seg, batch, admission, ranked, &loads, profile)?;
+        let probes = resolve_probes(view, seg, batch, admission, ranked, &loads, profile)?;
         profile.pairs_probed += probes.iter().map(|r| r.len() as u64).sum::<u64>();
         if seg.model.pq.is_some() {
             for lo in (0..n).step_by(PQ_QUERY_BLOCK) {
@@ -158,7 +145,6 @@ pub fn search_shared(
                     probes: &probes,
                     admission,
                     loads: &loads,
-                    held: &held,
                 };
                 scan_pq_block(&scan, lo..hi, &mut heaps, profile)?;
             }
@@ -170,11 +156,9 @@ pub fn search_shared(
                 probes: &probes,
                 admission,
                 loads: &loads,
-                held: &held,
             };
             scan_partition_major(&scan, &mut heaps, profile)?;
         }
-        drop(held);
         loads.add_to(profile);
         profile.scan_ms += ms_since(t);
     }
@@ -203,8 +187,7 @@ pub fn search_shared(
 }
 
 /// Each query's probe list in `seg` (from its ranked partitions, nearest
-/// first, ranked to the batch's largest limit), and the partitions loaded
-/// to decide them.
+/// first, ranked to the batch's largest limit).
 ///
 /// Fixed nprobes: the first n. Adaptive: what the single-query walk
 /// probes — the first `min`, then one more while the probed partitions
@@ -212,8 +195,8 @@ pub fn search_shared(
 /// `max`. The walk runs for all adaptive queries at once in rounds: round
 /// 0 loads every query's first `min` partitions, each later round the next
 /// partition of every query still short, each distinct partition once per
-/// round (and a partition's count of allowed rows once per prefilter).
-#[allow(clippy::type_complexity)]
+/// round (and a partition's count of allowed rows once per prefilter, on
+/// the scan threads).
 fn resolve_probes(
     view: &IndexView<'_>,
     seg: &LoadedSegment,
@@ -222,23 +205,20 @@ fn resolve_probes(
     mut ranked: Vec<Vec<u32>>,
     loads: &Loads,
     profile: &mut Profile,
-) -> Result<(Vec<Vec<u32>>, Held)> {
-    let mut held = Held::new();
+) -> Result<Vec<Vec<u32>>> {
     // (query, partitions decided so far, allowed rows seen), adaptive only.
     let mut walks: Vec<(usize, usize, usize)> = Vec::new();
     for (qi, list) in ranked.iter_mut().enumerate() {
         let (min, max) = probe_bounds(batch, qi);
-        match batch.specs[qi].nprobes {
-            Nprobes::Fixed(_) => list.truncate(max),
-            Nprobes::Adaptive { .. } => {
-                list.truncate(max);
-                walks.push((qi, min.min(list.len()), 0));
-            }
+        list.truncate(max);
+        if matches!(batch.specs[qi].nprobes, Nprobes::Adaptive { .. }) {
+            walks.push((qi, min.min(list.len()), 0));
         }
     }
     if walks.is_empty() {
-        return Ok((ranked, held));
+        return Ok(ranked);
     }
+    // Admitted rows per (partition, prefilter), counted once per batch.
     let mut counts: HashMap<(u32, Option<usize>), usize> = HashMap::new();
     // (walk, positions of its ranked list) to count this round: round 0
     // partitions [0, min) of each walk, later rounds one each.
@@ -249,49 +229,60 @@ fn resolve_probes(
         .collect();
     while !wanted.is_empty() {
         view.cancel.check()?;
-        let mut round: Vec<u32> = Vec::new();
-        let mut in_round = std::collections::HashSet::new();
+        // The round's distinct partitions, each with the prefilters whose
+        // counts it still lacks.
+        let mut round: Vec<(u32, Vec<Option<usize>>)> = Vec::new();
+        let mut slot: HashMap<u32, usize> = HashMap::new();
         for (w, range) in &wanted {
+            let f = batch.prefilter(walks[*w].0);
             for &p in &ranked[walks[*w].0][range.clone()] {
-                if !held.contains_key(&p) && in_round.insert(p) {
-                    round.push(p);
+                if counts.contains_key(&(p, f)) {
+                    continue;
+                }
+                let i = *slot.entry(p).or_insert_with(|| {
+                    round.push((p, Vec::new()));
+                    round.len() - 1
+                });
+                if !round[i].1.contains(&f) {
+                    round[i].1.push(f);
                 }
             }
         }
         profile.adaptive_rounds += 1;
         profile.adaptive_loads.push(round.len() as u64);
+        // Load and count on the scan threads; a partition is let go once
+        // counted (the scan fetches it again through the cache), so the
+        // walk holds no more than a round's partitions at once.
         let next = AtomicUsize::new(0);
-        let fetched = view
+        let counted = view
             .pool
             .run(view.threads.clamp(1, round.len().max(1)), |_| {
                 let mut got = Vec::new();
-                while let Some(&p) = round.get(next.fetch_add(1, Ordering::Relaxed)) {
+                while let Some((p, filters)) = round.get(next.fetch_add(1, Ordering::Relaxed)) {
                     view.cancel.check()?;
-                    got.push((p, loads.fetch(seg, p, view, &Held::new())?));
+                    let part = loads.fetch(seg, *p, view)?;
+                    for &f in filters {
+                        let bits = match f {
+                            Some(f) => Some(admission.partition_bits(&seg.key, *p, &part, f)?),
+                            None => None,
+                        };
+                        got.push((
+                            (*p, f),
+                            admission.test(bits.as_deref()).count(&part.row_ids),
+                        ));
+                    }
                 }
                 Ok(got)
             })?;
-        held.extend(fetched.into_iter().flatten());
+        counts.extend(counted.into_iter().flatten());
         for (w, range) in &wanted {
             let walk = &mut walks[*w];
             let f = batch.prefilter(walk.0);
             for &p in &ranked[walk.0][range.clone()] {
-                let count = match counts.get(&(p, f)) {
-                    Some(&c) => c,
-                    None => {
-                        let part = held
-                            .get(&p)
-                            .ok_or_else(|| Error::Internal(format!("partition {p} not held")))?;
-                        let bits = match f {
-                            Some(f) => Some(admission.partition_bits(&seg.key, p, part, f)?),
-                            None => None,
-                        };
-                        let c = admission.test(bits.as_deref()).count(&part.row_ids);
-                        counts.insert((p, f), c);
-                        c
-                    }
-                };
-                walk.2 += count;
+                walk.2 += counts
+                    .get(&(p, f))
+                    .copied()
+                    .ok_or_else(|| Error::Internal(format!("partition {p} was not counted")))?;
             }
         }
         // Who probes one more: the single-query rule, checked before
@@ -310,7 +301,7 @@ fn resolve_probes(
     for (qi, upto, _) in walks {
         ranked[qi].truncate(upto);
     }
-    Ok((ranked, held))
+    Ok(ranked)
 }
 
 /// What scanning one segment's partitions for a batch needs.
@@ -322,7 +313,6 @@ struct SegmentScan<'s, 'v> {
     probes: &'s [Vec<u32>],
     admission: &'s Admission<'s>,
     loads: &'s Loads,
-    held: &'s Held,
 }
 
 /// Flat and SQ segments: each distinct partition once, all its queries.
@@ -338,7 +328,6 @@ fn scan_partition_major(
         probes,
         admission,
         loads,
-        held,
     } = *scan;
     let n = batch.len();
     let mut probers: Vec<Vec<usize>> = vec![Vec::new(); seg.partitions()];
@@ -366,7 +355,7 @@ fn scan_partition_major(
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
                 view.cancel.check()?;
-                let part = loads.fetch(seg, p, view, held)?;
+                let part = loads.fetch(seg, p, view)?;
                 let qs = &probers[p as usize];
                 let bits = admission.bits_for(batch, qs.iter().copied(), &seg.key, p, &part)?;
                 for group in qs.chunks(QUERY_GROUP) {
@@ -425,7 +414,6 @@ fn scan_pq_block(
         probes,
         admission,
         loads,
-        held,
     } = *scan;
     let mut slot = vec![usize::MAX; seg.partitions()];
     let mut units: Vec<u32> = Vec::new();
@@ -455,7 +443,7 @@ fn scan_pq_block(
         {
             view.cancel.check()?;
             let p = units[u];
-            let part = loads.fetch(seg, p, view, held)?;
+            let part = loads.fetch(seg, p, view)?;
             let bits =
                 admission.bits_for(batch, unit_queries[u].iter().copied(), &seg.key, p, &part)?;
             got.push((u, part, bits));

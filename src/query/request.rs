@@ -346,7 +346,8 @@ pub struct BatchQuery {
     pub params: SearchParams,
     /// One entry per query, in query order: each query's own filter,
     /// filter mode, projection, nprobes and refine factor, in place of
-    /// those of `params`.
+    /// those of `params` (whose nprobes is then ignored, and whose filter,
+    /// filter mode, projection and refine factor must be left unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub each: Option<Vec<PerQueryParams>>,
 }
@@ -558,6 +559,18 @@ impl ValidatedBatch {
                     each.len()
                 )));
             }
+            let p = &batch.params;
+            if p.filter.is_some()
+                || p.filter_mode != FilterMode::Prefilter
+                || !p.projection.is_empty()
+                || p.options.refine_factor.is_some()
+            {
+                return Err(Error::InvalidArgument(
+                    "with per-query parameters (each), the filter, filter mode, projection, \
+                     nprobes and refine factor belong to each entry, not to the batch"
+                        .into(),
+                ));
+            }
         }
         let (column, dim, default_metric) = schema.vector_column(batch.column.as_deref())?;
         let metric = batch.metric.unwrap_or(default_metric);
@@ -605,6 +618,15 @@ impl ValidatedBatch {
             }
             .validate()
             .map_err(in_query)?;
+            if let Some(r) = own.refine_factor {
+                if r > limits.max_refine_factor {
+                    return Err(Error::LimitExceeded {
+                        what: "refine factor",
+                        value: r,
+                        max: limits.max_refine_factor,
+                    });
+                }
+            }
             let filter = match &own.filter {
                 Some(sql) => {
                     let parsed = Filter::parse(sql, schema).map_err(in_query)?;

@@ -71,6 +71,7 @@ impl Engine {
             budget,
             Duration::from_millis(config.limits.budget_wait_ms),
             Arc::clone(&stats),
+            config.scan_threads(),
         ));
         let (inbox, receiver) = mpsc::channel(INBOX_CAPACITY);
         let actor = CoalescerActor::new(

@@ -93,6 +93,9 @@ pub(crate) struct Scanner {
     budget_wait: Duration,
     stats: Arc<Stats>,
     next_batch: AtomicU64,
+    /// Heaps a query has at once while its batch scans: one per scan
+    /// thread, plus the merged one.
+    heap_copies: u64,
 }
 
 /// A scan slot; giving it back wakes the coalescer (it may flush now).
@@ -124,12 +127,33 @@ impl Drop for CancelOnDrop {
 /// A finished scan: results, profile, scan time.
 type Scanned = (SearchResults, Profile, Duration);
 
+/// A coalesced batch's outcome: the batch's answer, or — when the batch
+/// failed on something only some of its callers may touch (an I/O error,
+/// a damaged fragment that one caller's filter or projection reads) —
+/// each caller's own answer or error, searched alone.
+enum Coalesced {
+    Batch(Box<Scanned>),
+    Each(Vec<Result<SearchResults>>, Duration),
+}
+
+/// Query `i` of `batch` as a batch of one, with its own parameters.
+fn alone(batch: &BatchQuery, i: usize) -> BatchQuery {
+    BatchQuery {
+        vectors: vec![batch.vectors[i].clone()],
+        k: PerQuery::All(batch.k.get(i)),
+        offset: PerQuery::All(batch.offset.get(i)),
+        params: batch.params.clone(),
+        each: Some(vec![batch.params_of(i)]),
+    }
+}
+
 impl Scanner {
     pub(crate) fn new(
         slots: usize,
         budget: MemoryBudget,
         budget_wait: Duration,
         stats: Arc<Stats>,
+        scan_threads: usize,
     ) -> Scanner {
         let slots = slots.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         Scanner {
@@ -140,6 +164,7 @@ impl Scanner {
             budget_wait,
             stats,
             next_batch: AtomicU64::new(1),
+            heap_copies: scan_threads as u64 + 1,
         }
     }
 
@@ -231,7 +256,7 @@ impl Scanner {
         let id = self.next_batch.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("batch", id, key = %format_args!("{key_hash:016x}"), size = n, reason = ?batch.reason);
         let outcome = self
-            .scan(slot, snapshot, query, all_closed(&mut replies))
+            .scan(slot, snapshot, query, true, all_closed(&mut replies))
             .instrument(span)
             .await;
         match outcome {
@@ -240,7 +265,34 @@ impl Scanner {
                 tracing::debug!(id, "batch cancelled: every caller left");
             }
             Some(Err(e)) => self.fail(&e, replies),
-            Some(Ok((results, profile, took))) => {
+            Some(Ok(Coalesced::Each(answers, took))) => {
+                Stats::add(&self.stats.failed_batches, 1);
+                tracing::debug!(
+                    id,
+                    size = n,
+                    "batch failed; its callers were searched alone"
+                );
+                for ((reply, answer), queue_wait_us) in replies.into_iter().zip(answers).zip(waits)
+                {
+                    let response = answer.map(|results| SearchResponse {
+                        version: results.version,
+                        projection: results.projection_of(0).to_vec(),
+                        hits: results.hits.into_iter().next().unwrap_or_default(),
+                        batch: BatchInfo {
+                            id,
+                            size: 1,
+                            mode: "alone_after_batch_error".into(),
+                            queue_wait_us,
+                            scan_us: took.as_micros() as u64,
+                        },
+                    });
+                    if reply.send(response).is_err() {
+                        Stats::add(&self.stats.cancelled, 1);
+                    }
+                }
+            }
+            Some(Ok(Coalesced::Batch(scanned))) => {
+                let (results, profile, took) = *scanned;
                 self.record_batch(n, took, &profile);
                 tracing::debug!(
                     id,
@@ -290,11 +342,15 @@ impl Scanner {
         let slot = self.guard(permit);
         let n = query.vectors.len();
         let outcome = self
-            .scan(slot, snapshot, query, std::future::pending::<()>())
+            .scan(slot, snapshot, query, false, std::future::pending::<()>())
             .await;
         Stats::add(&self.stats.explicit_batches, 1);
         match outcome {
-            Some(Ok((results, profile, took))) => {
+            Some(Ok(Coalesced::Each(..))) => Err(Error::Internal(
+                "an explicit batch was split by query".into(),
+            )),
+            Some(Ok(Coalesced::Batch(scanned))) => {
+                let (results, profile, took) = *scanned;
                 self.record_batch(n, took, &profile);
                 Ok((results, profile))
             }
@@ -314,9 +370,10 @@ impl Scanner {
         slot: SlotGuard,
         snapshot: Dataset,
         query: BatchQuery,
+        split_on_error: bool,
         callers_gone: impl Future<Output = ()>,
-    ) -> Option<Result<Scanned>> {
-        let bytes = batch_bytes(&query);
+    ) -> Option<Result<Coalesced>> {
+        let bytes = batch_bytes(&query, self.heap_copies);
         let token = CancelToken::new();
         let cancel_on_drop = CancelOnDrop(token.clone());
         let budget = self.budget.clone();
@@ -330,8 +387,32 @@ impl Scanner {
             };
             token.check()?;
             let started = std::time::Instant::now();
-            let (results, profile) = snapshot.search_batch_cancellable(&query, &token)?;
-            Ok((results, profile, started.elapsed()))
+            match snapshot.search_batch_cancellable(&query, &token) {
+                Ok((results, profile)) => Ok(Coalesced::Batch(Box::new((
+                    results,
+                    profile,
+                    started.elapsed(),
+                )))),
+                // Coalesced callers bring their own filters and columns: a
+                // failure that one of them caused must not fail the others,
+                // so each is searched alone and gets its own outcome.
+                Err(e)
+                    if split_on_error
+                        && query.vectors.len() > 1
+                        && e.kind() == crate::error::ErrorKind::Internal =>
+                {
+                    let answers = (0..query.vectors.len())
+                        .map(|i| {
+                            token.check()?;
+                            Ok(snapshot
+                                .search_batch_cancellable(&alone(&query, i), &token)?
+                                .0)
+                        })
+                        .collect();
+                    Ok(Coalesced::Each(answers, started.elapsed()))
+                }
+                Err(e) => Err(e),
+            }
         });
         let outcome = tokio::select! {
             joined = &mut job => Some(joined),
@@ -390,10 +471,10 @@ async fn all_closed(replies: &mut [ReplySender<Result<SearchResponse>>]) {
 }
 
 /// Bytes a batch holds while it runs: the query vectors (the callers' and
-/// the prepared copy), one heap entry per candidate row ((k + offset) ×
-/// refine factor per query) and the result rows with their projected
-/// values.
-pub(crate) fn batch_bytes(query: &BatchQuery) -> u64 {
+/// the prepared copy), `heap_copies` heaps per query with one entry per
+/// candidate row ((k + offset) × refine factor; each scan thread keeps its
+/// own) and the result rows with their projected values.
+pub(crate) fn batch_bytes(query: &BatchQuery, heap_copies: u64) -> u64 {
     const HEAP_ENTRY: u64 = 16;
     const HIT: u64 = std::mem::size_of::<Hit>() as u64;
     const VALUE: u64 = 32;
@@ -407,7 +488,7 @@ pub(crate) fn batch_bytes(query: &BatchQuery) -> u64 {
             .saturating_mul(own.refine_factor.unwrap_or(1) as u64);
         bytes = bytes
             .saturating_add(v.len() as u64 * 8)
-            .saturating_add(depth.saturating_mul(HEAP_ENTRY))
+            .saturating_add(depth.saturating_mul(HEAP_ENTRY).saturating_mul(heap_copies))
             .saturating_add(k.saturating_mul(HIT + projected * VALUE));
     }
     bytes

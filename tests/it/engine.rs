@@ -151,6 +151,47 @@ async fn callers_with_sixteen_different_filters_share_one_batch() {
     engine.shutdown().await;
 }
 
+/// Callers with different filters share batches, so one caller's failure
+/// must not become the others': a fragment file is damaged that only a
+/// filtered caller's filter reads; that caller gets the corruption error,
+/// its batch-mate its rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_one_caller_causes_is_not_the_batch_mates() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = make_data_dir(dir.path(), 31);
+    // The fragments' files by size: 300 rows, 200 rows (indexed), 90 rows
+    // (unindexed). Damage the middle one, which only a filter evaluated on
+    // the partitions (or a row returned from it) reads.
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path().join("ds/data"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort_by_key(|p| std::fs::metadata(p).unwrap().len());
+    let target = &files[1];
+    let mut bytes = std::fs::read(target).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    std::fs::write(target, bytes).unwrap();
+
+    let engine = Engine::start(config(10_000_000, 2, false), dir.path()).unwrap();
+    let ds = engine.dataset("ds").await.unwrap();
+    let clean = query(&rows, 5, 1).nprobes(8);
+    let filtered = query(&rows, 5, 5).nprobes(8).filter("len < 100");
+    let (a, b) = tokio::join!(ds.search(clean.clone()), ds.search(filtered));
+    let a = a.unwrap();
+    assert_eq!(bits(&a.hits), alone(&ds, &clean, a.version));
+    assert_eq!(
+        a.hits[0].row_id, 5,
+        "row 5 of fragment 0 is its own nearest"
+    );
+    let err = b.unwrap_err();
+    assert_eq!(err.kind(), shoal::ErrorKind::Internal, "{err}");
+    assert!(err.to_string().contains("corrupt"), "{err}");
+    let stats = engine.stats();
+    assert_eq!(stats.failed_batches, 1, "{stats:?}");
+    engine.shutdown().await;
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 

@@ -406,6 +406,19 @@ fn bad_per_query_input_is_refused_naming_the_query() {
         assert_eq!(err.kind(), shoal::ErrorKind::InvalidInput, "{err}");
         assert!(err.to_string().contains(expected), "{err}");
     }
+    let huge = PerQueryParams {
+        refine_factor: Some(65),
+        ..good.clone()
+    };
+    let batch = BatchQuery::new(vectors.clone(), 5).each(vec![good.clone(), good.clone(), huge]);
+    let err = f.ds.search_batch(&batch).unwrap_err();
+    assert!(err.to_string().contains("refine factor"), "{err}");
+    // Batch-level per-query fields beside `each` are refused, not ignored.
+    let both = BatchQuery::new(vectors.clone(), 5)
+        .filter("len < 3")
+        .each(vec![good.clone(), good.clone(), good.clone()]);
+    let err = f.ds.search_batch(&both).unwrap_err();
+    assert!(err.to_string().contains("belong to each entry"), "{err}");
     let short = BatchQuery::new(vectors, 5).each(vec![good]);
     let err = f.ds.search_batch(&short).unwrap_err();
     assert!(
