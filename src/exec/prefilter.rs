@@ -29,10 +29,11 @@ use crate::exec::profile::Profile;
 use crate::index::partition::Partition;
 use crate::query::{Filter, ValidatedBatch};
 use crate::storage::FragmentView;
+use arrow_array::RecordBatch;
 use moka::policy::EvictionPolicy;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// Rows of a fragment or partition, as a dense bitset.
@@ -264,6 +265,9 @@ pub struct Admission<'a> {
     filters: &'a [Filter],
     /// Each filter's normal form and its hash, made once per batch.
     names: Vec<(Arc<str>, u64)>,
+    /// Per filter and fragment: the columns the filter reads (from the
+    /// column cache), gathered once per batch.
+    scalars: Vec<Vec<OnceLock<RecordBatch>>>,
     cache: &'a FilterCache,
     counters: FilterCounters,
 }
@@ -297,6 +301,11 @@ impl<'a> Admission<'a> {
                 .filters
                 .iter()
                 .map(|f| (Arc::from(f.normalized()), hash_of(&f.normalized())))
+                .collect(),
+            scalars: batch
+                .filters
+                .iter()
+                .map(|_| fragments.iter().map(|_| OnceLock::new()).collect())
                 .collect(),
             cache,
             counters: FilterCounters::default(),
@@ -337,7 +346,9 @@ impl<'a> Admission<'a> {
     ) -> Result<Arc<RowMask>> {
         let f = self.filter(filter)?;
         let key = self.key(MaskScope::Partition(segment.clone(), p), filter)?;
-        self.cached(key, part.len(), || self.evaluate_rows(f, &part.row_ids))
+        self.cached(key, part.len(), || {
+            self.evaluate_rows(filter, f, &part.row_ids)
+        })
     }
 
     /// Prefilter bits for every distinct prefilter of the queries `qs` of
@@ -393,7 +404,7 @@ impl<'a> Admission<'a> {
     pub fn matches(&self, filter: usize, row_ids: &[u64]) -> Result<Vec<bool>> {
         let f = self.filter(filter)?;
         let start = Instant::now();
-        let mask = self.evaluate_rows(f, row_ids)?;
+        let mask = self.evaluate_rows(filter, f, row_ids)?;
         self.counters
             .nanos
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -457,9 +468,8 @@ impl<'a> Admission<'a> {
     /// `f` tested on the rows `row_ids` (in any order, from any fragments
     /// of the snapshot), as a bit per position; rows of fragments outside
     /// the snapshot do not match.
-    fn evaluate_rows(&self, f: &Filter, row_ids: &[u64]) -> Result<RowMask> {
+    fn evaluate_rows(&self, slot: usize, f: &Filter, row_ids: &[u64]) -> Result<RowMask> {
         let mut out = RowMask::none(row_ids.len());
-        let columns = f.columns();
         let mut start = 0;
         while start < row_ids.len() {
             let fragment = (row_ids[start] >> 32) as usize;
@@ -472,8 +482,8 @@ impl<'a> Admission<'a> {
                     .iter()
                     .map(|&r| (r & 0xffff_ffff) as u32)
                     .collect();
-                let scalars = self.fragments[i].scalars(&columns)?;
-                for (j, hit) in f.evaluate_at(&scalars, &offsets)?.into_iter().enumerate() {
+                let scalars = self.scalars_of(slot, f, i)?;
+                for (j, hit) in f.evaluate_at(scalars, &offsets)?.into_iter().enumerate() {
                     if hit {
                         out.set(start + j);
                     }
@@ -482,6 +492,22 @@ impl<'a> Admission<'a> {
             start = end;
         }
         Ok(out)
+    }
+
+    /// The columns filter `slot` (`f`) reads from fragment number `i`,
+    /// gathered once per batch.
+    fn scalars_of(&self, slot: usize, f: &Filter, i: usize) -> Result<&RecordBatch> {
+        let cell = self
+            .scalars
+            .get(slot)
+            .and_then(|per| per.get(i))
+            .ok_or_else(|| Error::Internal(format!("no columns for filter {slot}")))?;
+        if let Some(batch) = cell.get() {
+            return Ok(batch);
+        }
+        let batch = self.fragments[i].scalars(&f.columns())?;
+        // Two threads may gather it at once; either copy is the same.
+        Ok(cell.get_or_init(|| batch))
     }
 
     /// Adds the batch's filter work to `profile`.
