@@ -107,9 +107,9 @@ impl DatasetHandle {
 
     /// Searches for one vector's nearest rows, coalesced with concurrent
     /// searches of the same version, column, metric and mode (each keeps
-    /// its own filter, k, offset, nprobes, refine factor and projection). The rows are exactly those of
-    /// [`Dataset::search`] on the version it resolves now. Dropping the
-    /// future cancels the search.
+    /// its own filter, k, offset, nprobes, refine factor and projection).
+    /// The rows are exactly those of [`Dataset::search`] on the version it
+    /// resolves now. Dropping the future cancels the search.
     pub async fn search(&self, query: Query) -> Result<SearchResponse> {
         let deadline_ms = self
             .inner

@@ -127,10 +127,10 @@ impl Drop for CancelOnDrop {
 /// A finished scan: results, profile, scan time.
 type Scanned = (SearchResults, Profile, Duration);
 
-/// A coalesced batch's outcome: the batch's answer, or — when the batch
-/// failed on something only some of its callers may touch (an I/O error,
-/// a damaged fragment that one caller's filter or projection reads) —
-/// each caller's own answer or error, searched alone.
+/// A scan's outcome: the batch's answer, or — when a coalesced batch failed
+/// on something only some of its callers may touch (an I/O error, a damaged
+/// fragment that one caller's filter or projection reads) — each caller's
+/// own answer or error, searched alone.
 enum Coalesced {
     Batch(Box<Scanned>),
     Each(Vec<Result<SearchResults>>, Duration),
