@@ -69,9 +69,16 @@ fn alone(handle: &DatasetHandle, query: &Query, version: u64) -> Vec<(u64, u32)>
     bits(&ds.search(query).unwrap().hits[0])
 }
 
-/// Waits (yielding) until the coalescer holds `n` searches.
+/// Waits (yielding) until the coalescer holds `n` searches; fails after
+/// 60 s of real time instead of hanging.
 async fn until_pending(engine: &Engine, n: u64) {
+    let start = std::time::Instant::now();
     while engine.stats().pending != n {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the coalescer never held {n} searches (holds {})",
+            engine.stats().pending
+        );
         tokio::task::yield_now().await;
     }
 }
