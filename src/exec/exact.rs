@@ -3,10 +3,11 @@
 //! One pass over each visible fragment scores every query of the batch: the
 //! fragment is cut into chunks of blocks, each chunk is scored against all
 //! queries in one kernel call (a queries × vectors dot-product matrix), and
-//! each query keeps one bounded top-(k + offset) heap. Each distinct
-//! prefilter's mask (not deleted ∧ filter) is built once per fragment per
-//! batch, from the session's filter cache when the filter was seen before
-//! (see `exec::prefilter`); each query tests rows against its own. Chunks are
+//! each query keeps one bounded top-(k + offset) heap. Visibility (not
+//! deleted) is one mask per fragment per batch; each distinct prefilter's
+//! rows are evaluated over the fragment once, or found in the session's
+//! filter cache (see `exec::prefilter`); each query tests rows against its
+//! own. Chunks are
 //! shared out to scan threads, each with its own heaps and scratch; heaps are
 //! merged at the end, which is deterministic because the heap's order
 //! `(distance, row_id)` is total.
@@ -18,18 +19,39 @@ use crate::kernel::{dot_blocks, Kernel, BLOCK};
 use crate::query::{Candidate, FilterMode, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Blocks of 16 vectors scored per kernel call.
 const CHUNK_BLOCKS: usize = 16;
 
-/// A fragment scanned exactly, with its candidate mask for each distinct
-/// prefilter of the batch (queries find theirs through a mask index).
+/// A fragment scanned exactly: its visible rows, and which rows each
+/// distinct prefilter of the batch admits (queries find theirs through a
+/// mask index; `None` is no prefilter). The filter results are shared with
+/// the filter cache, so a batch with many filters copies none of them.
 pub struct ExactItem<'a> {
     /// The fragment.
     pub fragment: &'a FragmentView,
-    /// Candidate rows (visible, and matching the prefilter) per distinct
-    /// prefilter.
-    pub masks: Vec<RowMask>,
+    /// Rows not deleted in the snapshot.
+    pub visible: RowMask,
+    /// Per distinct prefilter: the rows it admits.
+    pub filters: Vec<Option<Arc<RowMask>>>,
+}
+
+impl ExactItem<'_> {
+    /// May a query with mask index `m` return the row at `offset`?
+    #[inline(always)]
+    fn allows(&self, m: usize, offset: usize) -> bool {
+        self.visible.contains(offset) && self.filters[m].as_ref().is_none_or(|b| b.contains(offset))
+    }
+
+    /// Could any query take a row of `lo..hi`?
+    fn any_in(&self, lo: usize, hi: usize) -> bool {
+        self.visible.any_in(lo, hi)
+            && self
+                .filters
+                .iter()
+                .any(|f| f.as_ref().is_none_or(|b| b.any_in(lo, hi)))
+    }
 }
 
 /// The fragments `which` (positions in the snapshot) as exact-scan items
@@ -54,9 +76,10 @@ pub fn items<'a>(
         .map(|&i| {
             Ok(ExactItem {
                 fragment: &fragments[i],
-                masks: distinct
+                visible: admission.visible_mask(i),
+                filters: distinct
                     .iter()
-                    .map(|&f| admission.fragment_mask(i, f))
+                    .map(|&f| f.map(|f| admission.fragment_bits(i, f)).transpose())
                     .collect::<Result<_>>()?,
             })
         })
@@ -142,7 +165,7 @@ pub fn scan(
         for start in (0..blocks).step_by(CHUNK_BLOCKS) {
             let end = (start + CHUNK_BLOCKS).min(blocks);
             let (lo, hi) = (start * BLOCK, (end * BLOCK).min(f.rows()));
-            if item.masks.iter().any(|m| m.any_in(lo, hi)) {
+            if item.any_in(lo, hi) {
                 units.push((fi, start, end));
             }
         }
@@ -185,12 +208,12 @@ pub fn scan(
             let norms = &vectors.norms_sq()[first..last];
             let base = (frag.meta.id as u64) << 32;
             for (qi, heap) in heaps.iter_mut().enumerate() {
-                let mask = &item.masks[mask_of[qi]];
+                let m = mask_of[qi];
                 let qn = batch.queries.norms_sq[qi];
                 let dots = &scratch[qi * stride..qi * stride + (last - first)];
                 for (v, (&dot, &xn)) in dots.iter().zip(norms).enumerate() {
                     let d = batch.metric.finish(dot, qn, xn);
-                    if heap.may_accept(d) && mask.contains(first + v) {
+                    if heap.may_accept(d) && item.allows(m, first + v) {
                         heap.push(Candidate {
                             distance: d,
                             row_id: base | (first + v) as u64,

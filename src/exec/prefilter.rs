@@ -77,6 +77,7 @@ impl RowMask {
     }
 
     /// Keeps only offsets `other` allows too.
+    #[cfg(test)]
     pub fn and(&mut self, other: &RowMask) {
         for (w, o) in self.words.iter_mut().zip(&other.words) {
             *w &= o;
@@ -373,30 +374,32 @@ impl<'a> Admission<'a> {
         Ok(out)
     }
 
-    /// The rows of fragment number `i` (position in the snapshot) that a
-    /// query with prefilter `filter` may return: visible and, with a
-    /// filter, matching it (evaluated on the whole fragment, or cached).
-    pub fn fragment_mask(&self, i: usize, filter: Option<usize>) -> Result<RowMask> {
+    /// The visible (not deleted) rows of fragment number `i` (position in
+    /// the snapshot), as a dense mask: what an exact scan of it tests.
+    pub fn visible_mask(&self, i: usize) -> RowMask {
         let (rows, deleted) = &self.visible[i];
         let mut mask = RowMask::all(*rows);
         if let Some(deleted) = deleted {
             mask.remove(deleted.iter());
         }
-        if let Some(filter) = filter {
-            let f = self.filter(filter)?;
-            let frag = &self.fragments[i];
-            let key = self.key(MaskScope::Fragment(Arc::from(frag.path())), filter)?;
-            let bits = self.cached(key, frag.rows(), || {
-                let truth = f.evaluate_all(&frag.scalars(&f.columns())?)?;
-                let mut m = RowMask::none(frag.rows());
-                for (offset, _) in truth.iter().enumerate().filter(|(_, t)| **t) {
-                    m.set(offset);
-                }
-                Ok(m)
-            })?;
-            mask.and(&bits);
-        }
-        Ok(mask)
+        mask
+    }
+
+    /// Which rows of fragment number `i` filter slot `filter` admits, by
+    /// offset: evaluated on the whole fragment (an exact scan reads every
+    /// row anyway), or found in the cache.
+    pub fn fragment_bits(&self, i: usize, filter: usize) -> Result<Arc<RowMask>> {
+        let f = self.filter(filter)?;
+        let frag = &self.fragments[i];
+        let key = self.key(MaskScope::Fragment(Arc::from(frag.path())), filter)?;
+        self.cached(key, frag.rows(), || {
+            let truth = f.evaluate_all(&frag.scalars(&f.columns())?)?;
+            let mut m = RowMask::none(frag.rows());
+            for (offset, _) in truth.iter().enumerate().filter(|(_, t)| **t) {
+                m.set(offset);
+            }
+            Ok(m)
+        })
     }
 
     /// Whether each of `row_ids` matches filter slot `filter` (tested on
