@@ -7,10 +7,9 @@
 //! deleted) is one mask per fragment per batch; each distinct prefilter's
 //! rows are evaluated over the fragment once, or found in the session's
 //! filter cache (see `exec::prefilter`); each query tests rows against its
-//! own. Chunks are
-//! shared out to scan threads, each with its own heaps and scratch; heaps are
-//! merged at the end, which is deterministic because the heap's order
-//! `(distance, row_id)` is total.
+//! own. Chunks are shared out to scan threads, each with its own heaps and
+//! scratch; heaps are merged at the end, which is deterministic because the
+//! heap's order `(distance, row_id)` is total.
 
 use crate::error::Result;
 use crate::exec::ann::IndexView;
