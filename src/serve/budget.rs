@@ -10,7 +10,8 @@
 //! worker thread, never on the async runtime, and loom can model it as is.
 
 use crate::error::{Error, Result};
-use crate::sync::{lock, Arc, Condvar, Mutex};
+use crate::sync::{lock, Arc, AtomicUsize, Condvar, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// A shared byte budget. Cloning gives another handle on the same budget.
@@ -24,6 +25,8 @@ struct BudgetState {
     limit: u64,
     used: Mutex<u64>,
     released: Condvar,
+    /// Threads in `acquire_timeout` waiting for bytes to come back.
+    waiting: AtomicUsize,
 }
 
 /// Bytes held against a [`MemoryBudget`]; dropping it gives them back and
@@ -42,6 +45,7 @@ impl MemoryBudget {
                 limit,
                 used: Mutex::new(0),
                 released: Condvar::new(),
+                waiting: AtomicUsize::new(0),
             }),
         }
     }
@@ -54,6 +58,11 @@ impl MemoryBudget {
     /// Bytes held by permits now.
     pub fn in_use(&self) -> u64 {
         *lock(&self.inner.used)
+    }
+
+    /// Batches waiting for bytes to come back now.
+    pub fn waiting(&self) -> usize {
+        self.inner.waiting.load(Ordering::SeqCst)
     }
 
     /// Takes `bytes` now, or fails with `Overloaded` when they are not
@@ -84,10 +93,12 @@ impl MemoryBudget {
             if now >= deadline {
                 return Err(self.overloaded(*used, bytes));
             }
+            self.inner.waiting.fetch_add(1, Ordering::SeqCst);
             used = match self.inner.released.wait_timeout(used, deadline - now) {
                 Ok((guard, _)) => guard,
                 Err(poisoned) => poisoned.into_inner().0,
             };
+            self.inner.waiting.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -139,7 +150,16 @@ mod tests {
             let budget = budget.clone();
             std::thread::spawn(move || budget.acquire_timeout(50, Duration::from_secs(30)))
         };
-        std::thread::sleep(Duration::from_millis(20));
+        // Release only once the waiter waits, so the wake-up is what lets
+        // it through (bounded: the test fails rather than hangs).
+        let start = Instant::now();
+        while budget.waiting() == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the waiter never waited"
+            );
+            std::thread::yield_now();
+        }
         drop(a);
         let b = waiter.join().unwrap().unwrap();
         assert_eq!(budget.in_use(), 50);
