@@ -362,15 +362,23 @@ pub fn unindexed(view: &IndexView<'_>) -> Vec<usize> {
 
 /// The single-query path, run for each query of the batch on its own
 /// (queries are shared out to threads; nothing else is shared but the
-/// filter cache). Returns one heap of depth k + offset per query, before
-/// the postfilter and paging.
+/// filter cache and the unindexed fragments' row masks, which do not
+/// depend on the query). Returns one heap of depth k + offset per query,
+/// before the postfilter and paging.
 pub fn search_per_query(
     view: &IndexView<'_>,
     batch: &ValidatedBatch,
     admission: &Admission<'_>,
     profile: &mut Profile,
 ) -> Result<Vec<TopK>> {
-    let unindexed = unindexed(view);
+    // Fragments no segment covers, prepared once for the batch (visibility
+    // and each distinct prefilter's rows); each query scans them alone.
+    let rest = unindexed(view);
+    let exact_items = if batch.fast_search || rest.is_empty() {
+        None
+    } else {
+        Some(exact::items(admission, view.fragments, &rest, batch)?)
+    };
     let n = batch.len();
     let threads = view.threads.clamp(1, n);
     let per = n.div_ceil(threads);
@@ -380,7 +388,12 @@ pub fn search_per_query(
         let mut heaps = Vec::new();
         for qi in part * per..((part + 1) * per).min(n) {
             heaps.push(search_one(
-                view, batch, qi, admission, &unindexed, &mut local,
+                view,
+                batch,
+                qi,
+                admission,
+                exact_items.as_ref(),
+                &mut local,
             )?);
         }
         Ok((heaps, local))
@@ -417,7 +430,7 @@ fn search_one(
     batch: &ValidatedBatch,
     qi: usize,
     admission: &Admission<'_>,
-    unindexed: &[usize],
+    unindexed: Option<&(Vec<exact::ExactItem<'_>>, Vec<usize>)>,
     profile: &mut Profile,
 ) -> Result<TopK> {
     let spec = &batch.specs[qi];
@@ -490,9 +503,8 @@ fn search_one(
     for c in found {
         out.push(c);
     }
-    if !batch.fast_search && !unindexed.is_empty() {
-        let (items, mask_of) = exact::items(admission, view.fragments, unindexed, &one)?;
-        for h in exact::scan(&items, &mask_of, &one, view, 1, Kernel::detect())? {
+    if let Some((items, mask_of)) = unindexed {
+        for h in exact::scan(items, &[mask_of[qi]], &one, view, 1, Kernel::detect())? {
             out.merge(h);
         }
         profile.rows_scored += items.iter().map(|i| i.fragment.rows() as u64).sum::<u64>();
