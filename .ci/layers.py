@@ -12,7 +12,7 @@ import re
 import sys
 
 LAYERS = {
-    "error": 0, "config": 0, "sync": 0,
+    "error": 0, "config": 0, "sync": 0, "cancel": 0, "progress": 0,
     "kernel": 1,
     "storage": 2, "demo": 2,
     "index": 3,

@@ -4,8 +4,8 @@
 //! alone. Run with `cargo run --release --example concurrent_clients`.
 
 use shoal::demo::{clustered_vectors, demo_batch, demo_schema};
-use shoal::index::{IndexKind, IndexParams};
 use shoal::{Config, Engine, Metric, Query};
+use shoal::{IndexKind, IndexParams};
 
 #[tokio::main]
 async fn main() -> shoal::Result<()> {
@@ -37,13 +37,13 @@ async fn main() -> shoal::Result<()> {
         .enumerate()
         .map(|(i, v)| {
             let ds = ds.clone();
-            // Each caller picks its own k and filter; callers with the same
-            // filter share a batch, k is per caller within it.
+            // Each caller picks its own k and filter; they still share
+            // batches (a batch holds each caller's own k and filter).
             let mut query = Query::new(v.clone(), 3 + i % 5).nprobes(8);
             if i % 4 == 0 {
                 query = query.filter("len < 20");
             }
-            tokio::spawn(async move { (query.clone(), ds.search(query).await) })
+            tokio::spawn(async move { (query.clone(), ds.search(&query).await) })
         })
         .collect();
 
@@ -57,8 +57,8 @@ async fn main() -> shoal::Result<()> {
         // The reference: the same query searched alone on the same version.
         let alone = snapshot.search(&query)?;
         let same =
-            response.hits.len() == alone.hits[0].len()
-                && response.hits.iter().zip(&alone.hits[0]).all(|(a, b)| {
+            response.hits.len() == alone.hits.len()
+                && response.hits.iter().zip(&alone.hits).all(|(a, b)| {
                     a.row_id == b.row_id && a.distance.to_bits() == b.distance.to_bits()
                 });
         identical += usize::from(same);
@@ -78,6 +78,12 @@ async fn main() -> shoal::Result<()> {
     );
     engine.shutdown().await;
     let _ = std::fs::remove_dir_all(&data_dir);
+    if identical != clients {
+        return Err(shoal::Error::Internal(format!(
+            "{} callers got rows that differ from searching alone",
+            clients - identical
+        )));
+    }
     if identical != clients {
         return Err(shoal::Error::Internal(
             "a coalesced search differed from searching alone".into(),

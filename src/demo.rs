@@ -76,8 +76,8 @@ pub fn demo_batch(
 /// The schema of [`demo_batch`] rows.
 pub fn demo_schema(column: &str, dim: usize, metric: Metric) -> Result<Schema> {
     Schema::new(vec![
-        (column.to_string(), ColumnType::Vector { dim, metric }),
-        ("category".into(), ColumnType::Utf8),
-        ("len".into(), ColumnType::Int64),
+        (column, ColumnType::Vector { dim, metric }),
+        ("category", ColumnType::Utf8),
+        ("len", ColumnType::Int64),
     ])
 }

@@ -38,39 +38,58 @@ pub enum Error {
     /// A query or input vector has the wrong number of dimensions.
     #[error("vector has dimension {got}, but column '{column}' has dimension {expected}")]
     DimensionMismatch {
+        /// The vector column.
         column: String,
+        /// Its dimension.
         expected: usize,
+        /// The vector's length.
         got: usize,
     },
     /// A vector contains NaN or an infinite value.
     #[error("{what} contains a non-finite value (NaN or infinity) at position {position}")]
-    NonFinite { what: String, position: usize },
+    NonFinite {
+        /// Which vector (`query vector 3`, a row of an input file).
+        what: String,
+        /// The offending coordinate.
+        position: usize,
+    },
     /// A request is malformed in a way not covered by a more specific variant.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A configured limit was exceeded (k, batch size, payload, ...).
     #[error("{what} is {value}, above the configured maximum of {max}")]
     LimitExceeded {
+        /// What was too large (`k`, `batch size`, ...).
         what: &'static str,
+        /// The value asked for.
         value: usize,
+        /// The configured maximum.
         max: usize,
     },
     /// A column named by the user does not exist.
     #[error("unknown column '{name}'{}", available_hint(.available))]
     UnknownColumn {
+        /// The name asked for.
         name: String,
+        /// The columns there are.
         available: Vec<String>,
     },
     /// A column exists but has the wrong type for the requested use.
     #[error("column '{name}' is {actual}, expected {expected}")]
     WrongColumnType {
+        /// The column.
         name: String,
+        /// The type the use needs.
         expected: String,
+        /// The column's type.
         actual: String,
     },
     /// A filter expression failed to parse or type-check.
     #[error("bad filter: {message}")]
-    Filter { message: String },
+    Filter {
+        /// What is wrong, and where.
+        message: String,
+    },
     /// The dataset directory does not exist.
     #[error("no dataset at {0}")]
     DatasetNotFound(PathBuf),
@@ -82,23 +101,43 @@ pub enum Error {
     DatasetExists(PathBuf),
     /// The requested version does not exist.
     #[error("version {requested} does not exist (latest is {latest})")]
-    VersionNotFound { requested: u64, latest: u64 },
+    VersionNotFound {
+        /// The version asked for.
+        requested: u64,
+        /// The newest version there is.
+        latest: u64,
+    },
     /// Another writer committed the same version first; nothing was written.
     #[error("commit conflict: version {version} was committed by another writer; reopen the dataset and retry")]
-    CommitConflict { version: u64 },
+    CommitConflict {
+        /// The version both writers tried to commit.
+        version: u64,
+    },
     /// Data appended does not fit the dataset's schema.
     #[error("schema mismatch: {0}")]
     SchemaMismatch(String),
     /// An input file is truncated or malformed; the message says where.
     #[error("malformed input {path}: {message}")]
-    MalformedInput { path: PathBuf, message: String },
+    MalformedInput {
+        /// The input file.
+        path: PathBuf,
+        /// What is wrong, and where in the file.
+        message: String,
+    },
     /// An on-disk file of the dataset is damaged.
     #[error("corrupt dataset file {path}: {message}")]
-    Corrupt { path: PathBuf, message: String },
+    Corrupt {
+        /// The damaged file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// An operating-system I/O error.
     #[error("I/O error on {path}: {source}")]
     Io {
+        /// The file or directory.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: Arc<std::io::Error>,
     },
@@ -117,7 +156,12 @@ pub enum Error {
     #[error(
         "deadline exceeded: the search waited {waited_ms} ms, its deadline was {deadline_ms} ms"
     )]
-    DeadlineExceeded { waited_ms: u64, deadline_ms: u64 },
+    DeadlineExceeded {
+        /// How long the search waited.
+        waited_ms: u64,
+        /// Its deadline.
+        deadline_ms: u64,
+    },
     /// The engine is shutting down and takes no new requests.
     #[error("the engine is shutting down")]
     ShuttingDown,

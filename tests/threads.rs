@@ -3,9 +3,9 @@
 //! counted.
 
 use shoal::demo::{clustered_vectors, demo_batch, demo_schema};
-use shoal::index::{IndexKind, IndexParams};
-use shoal::query::{Nprobes, SearchMode};
+use shoal::SearchMode;
 use shoal::{BatchQuery, Config, Metric, Session};
+use shoal::{IndexKind, IndexParams};
 
 /// Thread ids of this process. A thread spawned (even if joined again)
 /// gets a new id, so a search that makes threads shows up here.
@@ -31,10 +31,9 @@ fn os_threads_do_not_grow_over_a_thousand_searches_of_every_mode() {
         .unwrap();
     ds.append([demo_batch("vector", dim, &vectors[..2000 * dim], 0)])
         .unwrap();
-    ds.create_index_with_progress(
+    ds.create_index(
         None,
         IndexParams::new(IndexKind::IvfPq { sub_vectors: 4 }, 16),
-        &mut |_, _, _| {},
     )
     .unwrap();
     // An unindexed fragment too, so that indexed modes also scan exactly.
@@ -44,11 +43,11 @@ fn os_threads_do_not_grow_over_a_thousand_searches_of_every_mode() {
         .map(|i| vectors[i * 50 * dim..(i * 50 + 1) * dim].to_vec())
         .collect();
     let search = |i: usize| {
-        let mut b = BatchQuery::new(queries[i % 56..i % 56 + 1 + i % 8].to_vec(), 10);
-        b.mode = [SearchMode::Auto, SearchMode::PerQuery, SearchMode::Exact][i % 3];
-        b.options.nprobes = Nprobes::Fixed(8);
+        let mut b = BatchQuery::new(queries[i % 56..i % 56 + 1 + i % 8].to_vec(), 10)
+            .mode([SearchMode::Auto, SearchMode::PerQuery, SearchMode::Exact][i % 3])
+            .nprobes(8);
         if i.is_multiple_of(5) {
-            b.filter = Some("len < 30".into());
+            b = b.filter("len < 30");
         }
         let res = ds.search_batch(&b).unwrap();
         assert!(res.hits.iter().all(|h| h.len() == 10));

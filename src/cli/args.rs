@@ -2,9 +2,9 @@
 //! value enums that map onto shoal's types.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use shoal::index::IndexKind;
-use shoal::query::{Nprobes, SearchMode, SearchOptions};
+use shoal::IndexKind;
 use shoal::Metric;
+use shoal::{Nprobes, PerQueryParams, SearchMode};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -118,9 +118,10 @@ pub struct AnnArgs {
 }
 
 impl AnnArgs {
-    /// The search options these arguments ask for.
-    pub fn options(&self) -> SearchOptions {
-        let mut o = SearchOptions::default();
+    /// The per-query probing these arguments ask for (`fast_search` is
+    /// the batch's: [`AnnArgs::fast_search`]).
+    pub fn own(&self) -> PerQueryParams {
+        let mut o = PerQueryParams::default();
         if let Some(n) = self.nprobes {
             o.nprobes = Nprobes::Fixed(n);
         }
@@ -128,7 +129,6 @@ impl AnnArgs {
             o.nprobes = Nprobes::Adaptive { min, max };
         }
         o.refine_factor = self.refine_factor;
-        o.fast_search = self.fast_search;
         o
     }
 }

@@ -6,13 +6,13 @@
 
 use super::fma_peak::measure_fma_peak_gflops;
 use serde::Serialize;
-use shoal::config::Config;
-use shoal::db::Dataset;
 use shoal::demo::{clustered_vectors, demo_batch, demo_schema};
-use shoal::error::{Error, Result};
-use shoal::kernel::Metric;
 use shoal::kernel::{dot_blocks, Kernel, VectorBlocks, BLOCK};
-use shoal::query::{BatchQuery, Query};
+use shoal::Config;
+use shoal::Dataset;
+use shoal::Metric;
+use shoal::{BatchQuery, Query};
+use shoal::{Error, Result};
 use std::time::{Duration, Instant};
 
 /// What to measure.
@@ -335,7 +335,7 @@ pub struct IvfBenchOptions {
     /// Metric.
     pub metric: Metric,
     /// Index types.
-    pub kinds: Vec<shoal::index::IndexKind>,
+    pub kinds: Vec<shoal::IndexKind>,
     /// Partitions.
     pub partitions: usize,
     /// nprobes values.
@@ -402,7 +402,7 @@ pub fn recall_at_k(found: &[Vec<i64>], truth: &[Vec<i32>], k: usize) -> f64 {
 /// Builds each index type over the data and measures recall and QPS per
 /// nprobes, one query per call.
 pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
-    use shoal::storage::ingest::{read_ivecs, read_vectors, write_fvecs, write_ivecs};
+    use shoal::ingest::{read_ivecs, read_vectors, write_fvecs, write_ivecs};
     let (dim, base): (usize, Vec<Vec<f32>>) = match &opts.base {
         Some(p) => read_vectors(p)?,
         None => {
@@ -435,8 +435,8 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
             eprintln!("computing exact ground truth ...");
             let mut out = Vec::new();
             for chunk in queries.chunks(256) {
-                let mut b = BatchQuery::new(chunk.to_vec(), opts.k.max(100).min(base.len()));
-                b.mode = shoal::query::SearchMode::Exact;
+                let b = BatchQuery::new(chunk.to_vec(), opts.k.max(100).min(base.len()))
+                    .mode(shoal::SearchMode::Exact);
                 for hits in ds.search_batch(&b)?.hits {
                     out.push(hits.iter().map(|h| h.id as i32).collect());
                 }
@@ -459,21 +459,21 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
     }
     let mut rows_measured = Vec::new();
     for kind in &opts.kinds {
-        let params = shoal::index::IndexParams::new(*kind, opts.partitions);
+        let params = shoal::IndexParams::new(*kind, opts.partitions);
         eprintln!("building {} ...", kind.name());
         let t = Instant::now();
-        ds.create_index_with_progress(None, params, &mut |_, _, _| {})?;
+        ds.create_index(None, params)?;
         let build_s = t.elapsed().as_secs_f64();
         for &np in &opts.nprobes {
             let mut found = Vec::with_capacity(queries.len());
-            let mut single: Vec<Query> = queries
+            let single: Vec<Query> = queries
                 .iter()
-                .map(|v| Query::new(v.clone(), opts.k))
+                .map(|v| {
+                    Query::new(v.clone(), opts.k)
+                        .mode(shoal::SearchMode::PerQuery)
+                        .nprobes(np)
+                })
                 .collect();
-            for q in single.iter_mut() {
-                q.mode = shoal::query::SearchMode::PerQuery;
-                q.options.nprobes = shoal::query::Nprobes::Fixed(np);
-            }
             // Warm the partition cache, then time one pass.
             for q in single.iter().take(50) {
                 ds.search(q)?;
@@ -483,7 +483,6 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
                 found.push(
                     ds.search(q)?
                         .hits
-                        .remove(0)
                         .into_iter()
                         .map(|h| h.id)
                         .collect::<Vec<i64>>(),
@@ -635,7 +634,7 @@ pub struct BatchBenchOptions {
     /// Batch sizes.
     pub batch_sizes: Vec<usize>,
     /// Modes to compare.
-    pub modes: Vec<shoal::query::SearchMode>,
+    pub modes: Vec<shoal::SearchMode>,
     /// Passes over the query set per measurement (after one warm-up pass).
     pub passes: usize,
 }
@@ -692,7 +691,7 @@ pub fn peak_rss_mib() -> f64 {
 
 /// Shared scan against the per-query loop on an indexed dataset.
 pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchRow>> {
-    use shoal::storage::ingest::{read_ivecs, read_vectors};
+    use shoal::ingest::{read_ivecs, read_vectors};
     let ds = Dataset::open_with_config(&opts.dataset, config.clone())?;
     let (_, queries) = read_vectors(&opts.queries)?;
     let truth = match &opts.groundtruth {
@@ -703,7 +702,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
     let flat_scoring = ds
         .index_segments()
         .iter()
-        .all(|s| !matches!(s.params.kind, shoal::index::IndexKind::IvfPq { .. }));
+        .all(|s| !matches!(s.params.kind, shoal::IndexKind::IvfPq { .. }));
     let mut rows = Vec::new();
     for &b in &opts.batch_sizes {
         let per_mode: Vec<Vec<BatchQuery>> = opts
@@ -715,9 +714,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
                     .enumerate()
                     .map(|(ci, c)| {
                         let each = (0..c.len()).map(|j| opts.shape.own(ci * b + j)).collect();
-                        let mut q = BatchQuery::new(c.to_vec(), opts.k).each(each);
-                        q.mode = mode;
-                        q
+                        BatchQuery::new(c.to_vec(), opts.k).each(each).mode(mode)
                     })
                     .collect()
             })
@@ -746,10 +743,10 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
                 let start = Instant::now();
                 for q in batches {
                     let t = Instant::now();
-                    let (_, p) = ds.search_batch_profiled(q)?;
+                    let (_, p) = ds.explain(q)?;
                     laps[mi].push(t.elapsed());
                     let tot = &mut totals[mi];
-                    tot.mode = p.mode.clone();
+                    tot.mode = p.mode;
                     tot.pairs_probed += p.pairs_probed;
                     tot.distinct_partitions += p.distinct_partitions;
                     tot.cache_misses += p.cache_misses;
@@ -771,7 +768,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
             let tot = &totals[mi];
             rows.push(BatchRow {
                 mode: format!("{mode:?}"),
-                ran_as: tot.mode.clone(),
+                ran_as: tot.mode.to_string(),
                 batch: b,
                 queries: queries.len() * opts.passes.max(1),
                 qps,

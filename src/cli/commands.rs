@@ -7,12 +7,11 @@ use super::bench::{
     IvfBenchOptions, QueryShape,
 };
 use super::engine_bench::{run_engine_bench, EngineBenchOptions};
-use super::print::{committed, info, progress_printer, write_results};
-use shoal::db::ingest::ingest;
-use shoal::index::IndexParams;
-use shoal::query::{FilterMode, PerQuery};
-use shoal::storage::ingest::{read_vectors, IngestOptions};
-use shoal::{BatchQuery, Config, Dataset, Error, Result};
+use super::print::{committed, info, ingest_bar, progress_printer, write_results};
+use shoal::ingest::{ingest, read_vectors, Format, IngestOptions};
+use shoal::{
+    BatchQuery, Config, Dataset, Error, FilterMode, IndexParams, PerQuery, Result, SharedParams,
+};
 
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
@@ -30,13 +29,21 @@ pub fn run(cli: Cli) -> Result<()> {
             meta,
             metric,
         } => {
+            if meta.is_some() && !matches!(Format::of(&vectors)?, Format::Fvecs | Format::Npy) {
+                return Err(Error::InvalidArgument(
+                    "--meta only applies to .fvecs and .npy input".into(),
+                ));
+            }
+            let (progress, bar) = ingest_bar();
             let opts = IngestOptions {
                 column,
                 meta,
                 metric: metric.map(Into::into),
-                progress: true,
+                progress: Some(progress),
             };
-            let report = ingest(&dataset, &vectors, &opts, &config)?;
+            let report = ingest(&dataset, &vectors, &opts, &config);
+            bar.finish_and_clear();
+            let report = report?;
             committed(
                 report.version,
                 format_args!(
@@ -78,21 +85,25 @@ pub fn run(cli: Cli) -> Result<()> {
             let (_, vectors) = read_vectors(&queries)?;
             let mut all = Vec::with_capacity(vectors.len());
             for chunk in vectors.chunks(batch) {
-                let mut q = BatchQuery::new(chunk.to_vec(), k);
-                q.offset = PerQuery::All(offset);
-                q.filter = filter.clone();
-                q.filter_mode = if postfilter {
+                let mut q = BatchQuery::new(chunk.to_vec(), k).offset(offset);
+                let mut own = ann.own();
+                own.filter = filter.clone();
+                own.filter_mode = if postfilter {
                     FilterMode::Postfilter
                 } else {
                     FilterMode::Prefilter
                 };
-                q.column = column.clone();
-                q.metric = metric.map(Into::into);
-                q.version = version;
-                q.projection = project.clone();
-                q.mode = mode.into();
-                q.options = ann.options();
-                let (res, profile) = ds.search_batch_profiled(&q)?;
+                own.projection = project.clone();
+                q.own = PerQuery::All(own);
+                q.shared = SharedParams {
+                    column: column.clone(),
+                    metric: metric.map(Into::into),
+                    version,
+                    mode: mode.into(),
+                    fast_search: ann.fast_search,
+                    ..SharedParams::default()
+                };
+                let (res, profile) = ds.explain(&q)?;
                 if explain {
                     eprintln!("{}\n", profile.render());
                 }
@@ -112,11 +123,16 @@ pub fn run(cli: Cli) -> Result<()> {
             let mut params = IndexParams::new(index_type.kind(sub_vectors), partitions);
             params.sample_per_partition = sample;
             params.seed = seed;
-            let mut ds = Dataset::open_with_config(&dataset, config)?;
+            let mut ds =
+                Dataset::open_with_config(&dataset, config)?.with_progress(progress_printer());
             let start = std::time::Instant::now();
-            let meta =
-                ds.create_index_with_progress(column.as_deref(), params, &mut progress_printer())?;
+            let commit = ds.create_index(column.as_deref(), params)?;
             eprintln!();
+            let Some(meta) = commit.segments.first() else {
+                return Err(Error::Internal(
+                    "an index build committed no segment".into(),
+                ));
+            };
             committed(
                 ds.version(),
                 format_args!(
@@ -132,8 +148,9 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Optimize { dataset } => {
-            let mut ds = Dataset::open_with_config(&dataset, config)?;
-            let built = ds.optimize(&mut progress_printer())?;
+            let mut ds =
+                Dataset::open_with_config(&dataset, config)?.with_progress(progress_printer());
+            let built = ds.optimize()?.segments;
             eprintln!();
             if built.is_empty() {
                 committed(
@@ -160,9 +177,13 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Reindex { dataset, column } => {
-            let mut ds = Dataset::open_with_config(&dataset, config)?;
-            let meta = ds.reindex(column.as_deref(), &mut progress_printer())?;
+            let mut ds =
+                Dataset::open_with_config(&dataset, config)?.with_progress(progress_printer());
+            let commit = ds.reindex(column.as_deref())?;
             eprintln!();
+            let Some(meta) = commit.segments.first() else {
+                return Err(Error::Internal("a rebuild committed no segment".into()));
+            };
             committed(
                 ds.version(),
                 format_args!(
@@ -177,7 +198,7 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Command::Delete { dataset, filter } => {
             let mut ds = Dataset::open_with_config(&dataset, config)?;
-            let n = ds.delete(&filter)?;
+            let n = ds.delete(&filter)?.rows;
             if n == 0 {
                 committed(
                     ds.version(),

@@ -48,8 +48,7 @@ pub fn run_demo(dir: &Path, config: &Config) -> Result<()> {
         .chunks(dim)
         .map(|c| c.to_vec())
         .collect();
-    let mut batch = BatchQuery::new(queries.clone(), 5);
-    batch.projection = vec!["category".into(), "len".into()];
+    let batch = BatchQuery::new(queries.clone(), 5).select(["category", "len"]);
     let start = std::time::Instant::now();
     let results = ds.search_batch(&batch)?;
     println!(
@@ -62,14 +61,15 @@ pub fn run_demo(dir: &Path, config: &Config) -> Result<()> {
         print_hits(hits);
     }
     println!("  ... ({} more queries)", queries.len() - 3);
-    let mut filtered = Query::new(queries[0].clone(), 5);
-    filtered.filter = Some("category = 'verb' AND len < 12".into());
-    filtered.projection = vec!["category".into(), "len".into()];
+    let filtered = Query::new(queries[0].clone(), 5)
+        .filter("category = 'verb' AND len < 12")
+        .select(["category", "len"]);
     let r = ds.search(&filtered)?;
     println!("\nquery 0 with filter \"category = 'verb' AND len < 12\":");
-    print_hits(&r.hits[0]);
+    print_hits(&r.hits);
     let alone = ds.search(&Query::new(queries[1].clone(), 5))?;
-    let same = alone.hits[0]
+    let same = alone
+        .hits
         .iter()
         .zip(&results.hits[1])
         .all(|(a, b)| a.row_id == b.row_id && a.distance.to_bits() == b.distance.to_bits());
@@ -81,7 +81,7 @@ pub fn run_demo(dir: &Path, config: &Config) -> Result<()> {
 }
 
 /// Prints rows projected as (category, len).
-fn print_hits(hits: &[shoal::query::Hit]) {
+fn print_hits(hits: &[shoal::Hit]) {
     for h in hits {
         println!(
             "  id {:>6}  distance {:>9.4}  category {:<6} len {}",
@@ -93,9 +93,9 @@ fn print_hits(hits: &[shoal::query::Hit]) {
     }
 }
 
-fn fmt_value(v: &shoal::query::ScalarValue) -> String {
+fn fmt_value(v: &shoal::ScalarValue) -> String {
     match v {
-        shoal::query::ScalarValue::Utf8(s) => s.clone(),
+        shoal::ScalarValue::Utf8(s) => s.clone(),
         other => serde_json::to_string(other).unwrap_or_default(),
     }
 }

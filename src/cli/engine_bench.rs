@@ -11,11 +11,11 @@
 
 use super::bench::{peak_rss_mib, recall_at_k, QueryShape};
 use serde::Serialize;
-use shoal::config::Config;
-use shoal::error::{Error, Result};
-use shoal::query::Query;
-use shoal::storage::ingest::{read_ivecs, read_vectors};
+use shoal::ingest::{read_ivecs, read_vectors};
+use shoal::Config;
+use shoal::Query;
 use shoal::{DatasetHandle, Engine, EngineStats};
+use shoal::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -285,12 +285,9 @@ async fn closed_loop(
                 let mut query = Query::new(queries[i].clone(), k);
                 // Filters cycle with the request count, not the query, so
                 // every query vector meets every filter over a run.
-                query.params = shoal::SearchParams::from_parts(
-                    query.params.shared(),
-                    shape.own(n / queries.len() + i),
-                );
+                query.own = shape.own(n / queries.len() + i);
                 let t = Instant::now();
-                let response = ds.search(query).await?;
+                let response = ds.search(&query).await?;
                 latencies.push(t.elapsed());
                 answers.push((i, response.hits.iter().map(|h| h.id).collect()));
             }

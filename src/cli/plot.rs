@@ -7,7 +7,7 @@
 
 use super::engine_bench::EngineRow;
 use plotters::prelude::*;
-use shoal::error::{Error, Result};
+use shoal::{Error, Result};
 use std::path::Path;
 
 /// Where a sans-serif TrueType font usually is.

@@ -1,8 +1,8 @@
 //! What the command line prints: progress lines, `shoal info`, and search
 //! results as JSON Lines or `.ivecs`.
 
-use shoal::storage::ingest::write_ivecs;
-use shoal::{Config, Dataset, Error, Result};
+use shoal::ingest::write_ivecs;
+use shoal::{Config, Dataset, Error, Progress, Result};
 use std::io::Write;
 use std::path::Path;
 
@@ -36,15 +36,34 @@ macro_rules! out {
 }
 
 /// Prints `stage done/total` on one stderr line while long work runs.
-pub fn progress_printer() -> impl FnMut(&str, usize, usize) {
-    let mut last = std::time::Instant::now() - std::time::Duration::from_secs(1);
-    move |stage: &str, done: usize, total: usize| {
+pub fn progress_printer() -> Progress {
+    let last = std::sync::Mutex::new(std::time::Instant::now() - std::time::Duration::from_secs(1));
+    Progress::new(move |stage: &str, done: u64, total: u64| {
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
         if last.elapsed().as_millis() >= 200 || done == total {
             eprint!("\r{stage}: {done}/{total}        ");
             let _ = std::io::stderr().flush();
-            last = std::time::Instant::now();
+            *last = std::time::Instant::now();
         }
-    }
+    })
+}
+
+/// An ingest's progress as a bar of input bytes on stderr (drawn only
+/// when stderr is a terminal). The bar is returned to be cleared.
+pub fn ingest_bar() -> (Progress, indicatif::ProgressBar) {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "ingest {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let drawn = bar.clone();
+    let progress = Progress::new(move |_stage: &str, done: u64, total: u64| {
+        drawn.set_length(total);
+        drawn.set_position(done);
+    });
+    (progress, bar)
 }
 
 /// `shoal info`: versions, schema, fragments and index segments.

@@ -3,8 +3,8 @@
 
 use super::print::progress_printer;
 use shoal::demo::{clustered_vectors, demo_batch, demo_schema};
-use shoal::index::{IndexKind, IndexParams};
 use shoal::{Config, Dataset, Engine, Error, Metric, Result};
+use shoal::{IndexKind, IndexParams};
 use std::path::Path;
 
 /// Rows and dimension of the demo dataset `serve` creates in an empty
@@ -19,7 +19,7 @@ pub fn run_serve(data_dir: &Path, listen: Option<String>, mut config: Config) ->
     }
     config.validate()?;
     std::fs::create_dir_all(data_dir).map_err(|e| Error::io(data_dir, e))?;
-    if shoal::serve::dataset_names_in(data_dir)?.is_empty() {
+    if shoal::internals::dataset_names_in(data_dir)?.is_empty() {
         build_demo(&data_dir.join("demo"), &config)?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -102,18 +102,15 @@ fn build_demo(dir: &Path, config: &Config) -> Result<()> {
     )?;
     let vectors = clustered_vectors(DEMO_ROWS, DEMO_DIM, 256, 42);
     let chunk = 10_000;
-    let mut progress = progress_printer();
+    let progress = progress_printer();
     let batches = vectors.chunks(chunk * DEMO_DIM).enumerate().map(|(i, c)| {
-        progress("rows", (i + 1) * chunk, DEMO_ROWS);
+        progress.report("rows", ((i + 1) * chunk) as u64, DEMO_ROWS as u64);
         demo_batch("vector", DEMO_DIM, c, i * chunk)
     });
     ds.append(batches)?;
     eprintln!();
-    ds.create_index_with_progress(
-        None,
-        IndexParams::new(IndexKind::IvfFlat, 256),
-        &mut progress_printer(),
-    )?;
+    let mut ds = ds.with_progress(progress_printer());
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 256))?;
     eprintln!();
     Ok(())
 }

@@ -2,13 +2,14 @@
 //!
 //! The readers (`storage::ingest`) stream the input in chunks; this module
 //! opens or creates the dataset, appends every chunk as one new version and
-//! draws progress on stderr when it is a terminal. A failed ingest commits
+//! reports the input bytes read to the options' [`crate::Progress`]. A failed ingest commits
 //! nothing, and a failed first ingest leaves no dataset behind.
 
 use crate::config::Config;
-use crate::db::dataset::Dataset;
+use crate::db::dataset::{Commit, Dataset};
 use crate::error::{Error, Result};
 use crate::kernel::Metric;
+use crate::progress::Progress;
 use crate::storage::ingest::{infer_schema, ChunkReader, Format, IngestOptions};
 use crate::storage::manifest::VERSIONS_DIR;
 use crate::storage::ColumnType;
@@ -36,7 +37,7 @@ pub fn ingest(
     let format = Format::of(input)?;
     if opts.meta.is_some() && !matches!(format, Format::Fvecs | Format::Npy) {
         return Err(Error::InvalidArgument(
-            "--meta only applies to .fvecs and .npy input".into(),
+            "a metadata file (IngestOptions::meta) only applies to .fvecs and .npy input".into(),
         ));
     }
     let existing = if dataset_dir.join(VERSIONS_DIR).exists() {
@@ -49,8 +50,8 @@ pub fn ingest(
             if let ColumnType::Vector { metric, .. } = col.ty {
                 if metric != asked {
                     return Err(Error::InvalidArgument(format!(
-                        "{}: vector column '{}' uses {metric}; --metric {asked} disagrees \
-                         (a dataset's metric is fixed when it is created)",
+                        "{}: vector column '{}' uses {metric}; the metric asked for, {asked}, \
+                         disagrees (a dataset's metric is fixed when it is created)",
                         dataset_dir.display(),
                         col.name
                     )));
@@ -62,7 +63,7 @@ pub fn ingest(
     let total_bytes = std::fs::metadata(input)
         .map_err(|e| Error::io(input, e))?
         .len();
-    let progress = progress_bar(opts.progress, total_bytes);
+    let progress = |done: u64| Progress::maybe(opts.progress.as_ref(), "ingest", done, total_bytes);
     let mut reader = ChunkReader::open(format, input, opts, config.ingest.chunk_rows)?;
     let first = reader.next_chunk()?;
     let Some(first) = first else {
@@ -77,9 +78,8 @@ pub fn ingest(
         }
     };
     let appended = append_all(&mut dataset, first, &mut reader, &progress);
-    progress.finish_and_clear();
     let rows = match appended {
-        Ok(rows) => rows,
+        Ok(commit) => commit.rows,
         Err(e) => {
             if created {
                 remove_created(dataset_dir, dir_existed);
@@ -99,19 +99,21 @@ fn append_all(
     dataset: &mut Dataset,
     first: crate::storage::ingest::Chunk,
     reader: &mut ChunkReader,
-    progress: &indicatif::ProgressBar,
-) -> Result<u64> {
+    progress: &dyn Fn(u64),
+) -> Result<Commit> {
     let schema = dataset.schema().clone();
     let first = first.into_batch(&schema)?;
     let rest = std::iter::from_fn(|| {
-        progress.set_position(reader.bytes_read());
+        progress(reader.bytes_read());
         match reader.next_chunk() {
             Ok(Some(chunk)) => Some(chunk.into_batch(&schema)),
             Ok(None) => None,
             Err(e) => Some(Err(e)),
         }
     });
-    dataset.append(std::iter::once(Ok(first)).chain(rest))
+    let commit = dataset.append(std::iter::once(Ok(first)).chain(rest))?;
+    progress(reader.bytes_read());
+    Ok(commit)
 }
 
 /// Removes what creating a dataset at `dir` made (its subdirectories, and
@@ -126,18 +128,4 @@ fn remove_created(dir: &Path, dir_existed: bool) {
     if !dir_existed {
         let _ = std::fs::remove_dir(dir);
     }
-}
-
-fn progress_bar(enabled: bool, total: u64) -> indicatif::ProgressBar {
-    if !enabled {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "ingest {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar
 }

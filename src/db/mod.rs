@@ -6,5 +6,5 @@ pub mod dataset;
 pub mod ingest;
 pub mod session;
 
-pub use dataset::{Dataset, StagedCommit, VersionInfo};
+pub use dataset::{Commit, Dataset, IntoRecordBatch, RowValues, StagedCommit, VersionInfo};
 pub use session::Session;

@@ -11,8 +11,8 @@
 //! ranks centroids, probes its partitions, merges segments and the exact
 //! scan of unindexed fragments, on its own.
 
+use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
-use crate::exec::cancel::CancelToken;
 use crate::exec::exact;
 use crate::exec::pool::ScanPool;
 use crate::exec::prefilter::{Admission, FilterCache, RowTest};

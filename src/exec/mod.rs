@@ -2,7 +2,6 @@
 //! Nothing here knows about actors or HTTP; tests call it directly.
 
 pub mod ann;
-pub mod cancel;
 pub mod exact;
 pub mod materialise;
 pub mod plan;
@@ -11,6 +10,6 @@ pub mod prefilter;
 pub mod profile;
 pub mod shared_scan;
 
-pub use cancel::CancelToken;
+pub use crate::cancel::CancelToken;
 pub use pool::ScanPool;
 pub use profile::Profile;

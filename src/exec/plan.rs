@@ -42,10 +42,10 @@ pub fn execute(
             )));
         }
         let heaps = if batch.mode == SearchMode::PerQuery {
-            profile.mode = "per_query".into();
+            profile.mode = SearchMode::PerQuery;
             ann::search_per_query(view, batch, &admission, &mut profile)?
         } else {
-            profile.mode = "shared_scan".into();
+            profile.mode = SearchMode::Shared;
             shared_scan::search_shared(view, batch, &admission, &mut profile)?
         };
         let t = Instant::now();
@@ -54,7 +54,7 @@ pub fn execute(
         admission.add_to(&mut profile);
         return Ok((out, profile));
     }
-    profile.mode = "exact".into();
+    profile.mode = SearchMode::Exact;
     if matches!(batch.mode, SearchMode::PerQuery | SearchMode::Shared) {
         profile.fallback_reason = Some(if batch.use_index {
             format!("column '{}' has no index", batch.column)

@@ -1,5 +1,6 @@
 //! Per-batch explain/profile counters.
 
+use crate::query::SearchMode;
 use serde::Serialize;
 
 /// What one batch did, for `--explain` and benchmarks.
@@ -7,8 +8,9 @@ use serde::Serialize;
 pub struct Profile {
     /// Query vectors in the batch.
     pub queries: usize,
-    /// Execution mode: `exact`, `per_query` or `shared_scan`.
-    pub mode: String,
+    /// Execution mode: `exact`, `per_query` or `shared_scan` (never
+    /// `auto`).
+    pub mode: SearchMode,
     /// Why the batch did not take the mode it asked for, if it did not.
     pub fallback_reason: Option<String>,
     /// Distinct filters among the batch's queries (by normal form).

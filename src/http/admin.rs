@@ -196,8 +196,10 @@ pub(super) async fn append_rows(
     })
     .await
     .map_err(|e| Error::Internal(format!("a blocking task failed: {e}")))??;
-    let (version, rows) = handle.append_versioned(vec![batch]).await?;
-    Ok(Json(json!({ "version": version, "rows": rows })))
+    let commit = handle.append(vec![batch]).await?;
+    Ok(Json(
+        json!({ "version": commit.version, "rows": commit.rows }),
+    ))
 }
 
 /// `POST /v1/datasets/{name}/delete`.
@@ -207,8 +209,10 @@ pub(super) async fn delete_rows(
     JsonBody(body): JsonBody<DeleteBody>,
 ) -> Result<Json<Value>, ApiError> {
     let handle = engine.dataset(&name).await?;
-    let (version, deleted) = handle.delete_versioned(&body.filter).await?;
-    Ok(Json(json!({ "version": version, "deleted": deleted })))
+    let commit = handle.delete(&body.filter).await?;
+    Ok(Json(
+        json!({ "version": commit.version, "deleted": commit.rows }),
+    ))
 }
 
 /// `GET /v1/datasets/{name}/rows/{id}`: the row whose `id` column is `id`

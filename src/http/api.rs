@@ -5,7 +5,7 @@
 use crate::error::Error;
 use crate::query::{
     BatchQuery, FilterMode, Hit, Nprobes, PerQuery, PerQueryParams, Query, ScalarValue,
-    SearchParams,
+    SharedParams,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -39,17 +39,22 @@ pub struct ParamsBody {
 }
 
 impl ParamsBody {
-    fn apply(self, params: &mut SearchParams) {
-        params.column = self.column;
-        params.filter = self.filter;
-        params.filter_mode = self.filter_mode.unwrap_or_default();
-        params.projection = self.select;
-        params.version = self.version;
-        if let Some(n) = self.nprobes {
-            params.options.nprobes = Nprobes::Fixed(n);
-        }
-        params.options.refine_factor = self.refine_factor;
-        params.options.fast_search = self.fast_search;
+    /// The body's per-query and shared parts.
+    fn split(self) -> (PerQueryParams, SharedParams) {
+        let own = PerQueryParams {
+            filter: self.filter,
+            filter_mode: self.filter_mode.unwrap_or_default(),
+            projection: self.select,
+            nprobes: self.nprobes.map_or_else(Nprobes::default, Nprobes::Fixed),
+            refine_factor: self.refine_factor,
+        };
+        let shared = SharedParams {
+            column: self.column,
+            version: self.version,
+            fast_search: self.fast_search,
+            ..SharedParams::default()
+        };
+        (own, shared)
     }
 }
 
@@ -73,11 +78,12 @@ pub struct SearchBody {
 }
 
 impl SearchBody {
-    /// The engine query, and its timeout.
-    pub fn into_query(self) -> (Query, Option<u64>) {
+    /// The engine query (with its timeout).
+    pub fn into_query(self) -> Query {
         let mut query = Query::new(self.vector, self.k).offset(self.offset);
-        self.params.apply(&mut query.params);
-        (query, self.timeout_ms)
+        (query.own, query.shared) = self.params.split();
+        query.timeout = self.timeout_ms.map(std::time::Duration::from_millis);
+        query
     }
 }
 
@@ -156,7 +162,9 @@ impl BatchBody {
                 batch.k = PerQuery::Each(ks);
             }
             batch.offset = PerQuery::All(offset);
-            params.apply(&mut batch.params);
+            let (own, shared) = params.split();
+            batch.own = PerQuery::All(own);
+            batch.shared = shared;
             return Ok(batch);
         };
         let per_query_beside = vectors.is_some()
@@ -177,26 +185,21 @@ impl BatchBody {
             ));
         }
         let mut batch = BatchQuery::new(Vec::with_capacity(entries.len()), default_k());
-        params.apply(&mut batch.params);
+        batch.shared = params.split().1;
         let (mut ks, mut offsets, mut each) = (Vec::new(), Vec::new(), Vec::new());
         for e in entries {
             batch.vectors.push(e.vector);
             ks.push(e.k);
             offsets.push(e.offset);
-            let mut own = PerQueryParams::from(&batch.params);
-            own.filter = e.filter;
-            own.filter_mode = e.filter_mode.unwrap_or_default();
-            own.projection = e.select;
-            if let Some(n) = e.nprobes {
-                own.nprobes = Nprobes::Fixed(n);
-            }
-            own.refine_factor = e.refine_factor;
-            each.push(own);
+            each.push(PerQueryParams {
+                filter: e.filter,
+                filter_mode: e.filter_mode.unwrap_or_default(),
+                projection: e.select,
+                nprobes: e.nprobes.map_or_else(Nprobes::default, Nprobes::Fixed),
+                refine_factor: e.refine_factor,
+            });
         }
-        batch.k = PerQuery::Each(ks);
-        batch.offset = PerQuery::Each(offsets);
-        batch.each = Some(each);
-        Ok(batch)
+        Ok(batch.ks(ks).offsets(offsets).each(each))
     }
 }
 

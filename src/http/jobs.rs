@@ -9,6 +9,7 @@ use super::error::{code_of, ApiError};
 use super::{AppState, JsonBody};
 use crate::error::Error;
 use crate::index::{IndexKind, IndexParams, IndexSegmentMeta};
+use crate::progress::Progress;
 use crate::serve::Engine;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -393,24 +394,19 @@ pub(super) async fn start_index_job(
     let jobs = Arc::clone(&state.jobs);
     let id = jobs.start(&name, operation, request)?;
     let reporter = Arc::clone(&jobs);
-    let progress =
-        move |stage: &str, done: usize, total: usize| reporter.progress(id, stage, done, total);
+    let progress = Progress::new(move |stage: &str, done: u64, total: u64| {
+        reporter.progress(id, stage, done as usize, total as usize)
+    });
+    let handle = handle.with_progress(progress);
     let task_jobs = Arc::clone(&jobs);
     tokio::spawn(async move {
         let outcome = match work {
-            Work::Build { column, params } => handle
-                .create_index_with_progress(column, params, Box::new(progress))
-                .await
-                .map(|(segment, version)| {
-                    json!({ "version": version, "segments": segments_json(std::slice::from_ref(&segment)) })
-                }),
-            Work::Optimize => handle
-                .optimize_with_progress(Box::new(progress))
-                .await
-                .map(|(segments, version)| {
-                    json!({ "version": version, "segments": segments_json(&segments) })
-                }),
-        };
+            Work::Build { column, params } => handle.create_index(column.as_deref(), params).await,
+            Work::Optimize => handle.optimize().await,
+        }
+        .map(|commit| {
+            json!({ "version": commit.version, "segments": segments_json(&commit.segments) })
+        });
         task_jobs.finish(id, outcome);
     });
     let job = jobs

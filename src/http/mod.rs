@@ -26,7 +26,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// One route the service answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,14 +279,7 @@ async fn search(
 ) -> Result<Json<Value>, ApiError> {
     let started = Instant::now();
     let ds = engine.dataset(&name).await?;
-    let (query, timeout_ms) = body.into_query();
-    let response = match timeout_ms {
-        Some(ms) => {
-            ds.search_with_deadline(query, Duration::from_millis(ms))
-                .await?
-        }
-        None => ds.search(query).await?,
-    };
+    let response = ds.search(&body.into_query()).await?;
     Ok(Json(json!({
         "version": response.version,
         "hits": hits_json(&response.hits, &response.projection),
@@ -302,7 +295,7 @@ async fn search_batch(
 ) -> Result<Json<Value>, ApiError> {
     let started = Instant::now();
     let ds = engine.dataset(&name).await?;
-    let results = ds.search_batch(body.into_batch()?).await?;
+    let results = ds.search_batch(&body.into_batch()?).await?;
     Ok(Json(json!({
         "version": results.version,
         "results": results_json(&results),
@@ -316,7 +309,7 @@ async fn explain(
     JsonBody(body): JsonBody<BatchBody>,
 ) -> Result<Json<Value>, ApiError> {
     let ds = engine.dataset(&name).await?;
-    let (results, profile) = ds.explain(body.into_batch()?).await?;
+    let (results, profile) = ds.explain(&body.into_batch()?).await?;
     Ok(Json(json!({
         "version": results.version,
         "results": results_json(&results),

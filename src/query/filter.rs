@@ -1005,16 +1005,16 @@ mod tests {
     fn schema() -> Schema {
         Schema::new(vec![
             (
-                "v".into(),
+                "v",
                 ColumnType::Vector {
                     dim: 2,
                     metric: Metric::L2,
                 },
             ),
-            ("len".into(), ColumnType::Int64),
-            ("score".into(), ColumnType::Float64),
-            ("category".into(), ColumnType::Utf8),
-            ("flag".into(), ColumnType::Bool),
+            ("len", ColumnType::Int64),
+            ("score", ColumnType::Float64),
+            ("category", ColumnType::Utf8),
+            ("flag", ColumnType::Bool),
         ])
         .unwrap()
     }

@@ -9,8 +9,7 @@ pub(crate) mod topk;
 pub(crate) use filter::Filter;
 pub(crate) use request::ValidatedBatch;
 pub use request::{
-    BatchQuery, FilterMode, Nprobes, PerQuery, PerQueryParams, Query, SearchMode, SearchOptions,
-    SearchParams, SharedParams,
+    BatchQuery, FilterMode, Nprobes, PerQuery, PerQueryParams, Query, SearchMode, SharedParams,
 };
-pub use results::{Hit, ScalarValue, SearchResults};
+pub use results::{BatchInfo, Hit, ScalarValue, SearchResponse, SearchResults};
 pub(crate) use topk::{Candidate, TopK};

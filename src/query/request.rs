@@ -1,8 +1,14 @@
 //! Search requests and their validation.
 //!
-//! A request is checked completely before any work starts: a bad query gets
-//! an error of its own and never joins a batch.
+//! A request is plain data composed of two parts: what each query chooses
+//! for itself ([`PerQueryParams`]: filter, filter mode, projection,
+//! nprobes, refine factor) and what a whole scan shares ([`SharedParams`]:
+//! version, column, metric, mode, index use). Builder methods on [`Query`]
+//! and [`BatchQuery`] set either. A request is checked completely before
+//! any work starts: a bad query gets an error of its own and never joins a
+//! batch.
 
+use crate::cancel::CancelToken;
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::kernel::metric::VectorProblem;
@@ -11,6 +17,7 @@ use crate::kernel::PreparedQueries;
 use crate::query::filter::Filter;
 use crate::storage::schema::Schema;
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// When a filter is applied relative to the vector search.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -23,7 +30,8 @@ pub enum FilterMode {
     Postfilter,
 }
 
-/// How a search is executed.
+/// How a search is executed: asked for in [`SharedParams::mode`], and
+/// reported (never `Auto`) in a [`crate::Profile`] and a batch's info.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SearchMode {
@@ -36,7 +44,27 @@ pub enum SearchMode {
     /// The single-query ANN path, once per query of the batch.
     PerQuery,
     /// The shared IVF partition scan.
+    #[serde(rename = "shared_scan", alias = "shared")]
     Shared,
+}
+
+impl SearchMode {
+    /// The mode's name as the HTTP API and profiles write it
+    /// (`auto`, `exact`, `per_query`, `shared_scan`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SearchMode::Auto => "auto",
+            SearchMode::Exact => "exact",
+            SearchMode::PerQuery => "per_query",
+            SearchMode::Shared => "shared_scan",
+        }
+    }
+}
+
+impl std::fmt::Display for SearchMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// How many IVF partitions a query probes.
@@ -56,102 +84,30 @@ pub enum Nprobes {
     },
 }
 
-/// Index-search options. `use_index` and `fast_search` are shared by a
-/// scan; `nprobes` and `refine_factor` are per query.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct SearchOptions {
-    /// Use the column's index when it has one.
-    pub use_index: bool,
-    /// Partitions to probe.
-    pub nprobes: Nprobes,
-    /// Take (k + offset) × r candidates from the index and rerank them
-    /// with the exact float32 vectors.
-    pub refine_factor: Option<usize>,
-    /// Skip the exact scan of fragments no index segment covers yet.
-    pub fast_search: bool,
-}
-
-impl Default for SearchOptions {
+impl Default for Nprobes {
+    /// 20 partitions per index segment.
     fn default() -> Self {
-        SearchOptions {
-            use_index: true,
-            nprobes: Nprobes::Fixed(20),
-            refine_factor: None,
-            fast_search: false,
+        Nprobes::Fixed(20)
+    }
+}
+
+impl Nprobes {
+    fn validate(&self) -> Result<()> {
+        match *self {
+            Nprobes::Fixed(0) => Err(Error::InvalidArgument("nprobes must be at least 1".into())),
+            Nprobes::Adaptive { min, max } if min == 0 || min > max => Err(Error::InvalidArgument(
+                format!("adaptive nprobes needs 1 <= min <= max, got min {min}, max {max}"),
+            )),
+            _ => Ok(()),
         }
     }
 }
 
-impl SearchOptions {
-    /// Checks the option values.
-    pub fn validate(&self) -> Result<()> {
-        match self.nprobes {
-            Nprobes::Fixed(0) => {
-                return Err(Error::InvalidArgument("nprobes must be at least 1".into()))
-            }
-            Nprobes::Adaptive { min, max } if min == 0 || min > max => {
-                return Err(Error::InvalidArgument(format!(
-                    "adaptive nprobes needs 1 <= min <= max, got min {min}, max {max}"
-                )))
-            }
-            _ => {}
-        }
-        if self.refine_factor == Some(0) {
-            return Err(Error::InvalidArgument(
-                "refine factor must be at least 1".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// A search's parameters: column, filter, projection, version, metric,
-/// mode and index options — everything but the vectors, k and offset. Of
-/// these, only [`SharedParams`] (version, column, metric, mode, index use)
-/// must be equal for two searches to share a scan; the filter, filter
-/// mode, projection, nprobes and refine factor are each query's own
-/// ([`PerQueryParams`]). [`Query`] and [`BatchQuery`] dereference to it, so
-/// `q.filter` or `b.options.nprobes` read and write these fields directly.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct SearchParams {
-    /// Vector column to search; may be left out when there is only one.
-    pub column: Option<String>,
-    /// SQL filter over scalar columns.
-    pub filter: Option<String>,
-    /// Pre- or post-filtering.
-    pub filter_mode: FilterMode,
-    /// Scalar columns to return with each row.
-    pub projection: Vec<String>,
-    /// Version to search; latest when `None`.
-    pub version: Option<u64>,
-    /// Metric; the column's default when `None`.
-    pub metric: Option<Metric>,
-    /// Execution mode.
-    pub mode: SearchMode,
-    /// Index-search options.
-    pub options: SearchOptions,
-}
-
-impl Default for SearchParams {
-    fn default() -> Self {
-        SearchParams {
-            column: None,
-            filter: None,
-            filter_mode: FilterMode::Prefilter,
-            projection: Vec::new(),
-            version: None,
-            metric: None,
-            mode: SearchMode::Auto,
-            options: SearchOptions::default(),
-        }
-    }
-}
-
-/// What one query of a batch chooses for itself, apart from its k and
-/// offset: filter, filter mode, partitions probed, refine factor and the
-/// columns returned. Queries with different choices still share one scan;
+/// What one query chooses for itself, apart from its vector, k and
+/// offset: filter, filter mode, columns returned, partitions probed and
+/// refine factor. Queries with different choices still share one scan;
 /// only [`SharedParams`] must be equal.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PerQueryParams {
     /// SQL filter over scalar columns.
     #[serde(default)]
@@ -163,7 +119,7 @@ pub struct PerQueryParams {
     #[serde(default)]
     pub projection: Vec<String>,
     /// Partitions to probe.
-    #[serde(default = "default_nprobes")]
+    #[serde(default)]
     pub nprobes: Nprobes,
     /// Take (k + offset) × r candidates from the index and rerank them
     /// with the exact float32 vectors.
@@ -171,84 +127,163 @@ pub struct PerQueryParams {
     pub refine_factor: Option<usize>,
 }
 
-fn default_nprobes() -> Nprobes {
-    SearchOptions::default().nprobes
-}
-
-impl Default for PerQueryParams {
-    fn default() -> Self {
-        PerQueryParams::from(&SearchParams::default())
-    }
-}
-
-impl From<&SearchParams> for PerQueryParams {
-    fn from(p: &SearchParams) -> Self {
-        PerQueryParams {
-            filter: p.filter.clone(),
-            filter_mode: p.filter_mode,
-            projection: p.projection.clone(),
-            nprobes: p.options.nprobes,
-            refine_factor: p.options.refine_factor,
-        }
-    }
-}
-
 /// What every query of one scan must share: the version, the column and
 /// metric (one partition read serves them all), the execution mode and
-/// whether unindexed fragments are scanned. With the dataset, the
-/// coalescer's grouping key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// whether the index and the unindexed fragments are used. With the
+/// dataset, the engine's grouping key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SharedParams {
-    /// Version searched.
+    /// Version searched; the latest when `None`.
+    #[serde(default)]
     pub version: Option<u64>,
-    /// Vector column.
+    /// Vector column; may be left out when there is only one.
+    #[serde(default)]
     pub column: Option<String>,
-    /// Metric.
+    /// Metric; the column's when `None`.
+    #[serde(default)]
     pub metric: Option<Metric>,
     /// Execution mode.
+    #[serde(default)]
     pub mode: SearchMode,
-    /// Use the column's index when it has one.
+    /// Use the column's index when it has one (default true).
+    #[serde(default = "yes")]
     pub use_index: bool,
     /// Skip the exact scan of fragments no index segment covers yet.
+    #[serde(default)]
     pub fast_search: bool,
 }
 
-impl SearchParams {
-    /// The part of these parameters a whole scan shares.
-    pub fn shared(&self) -> SharedParams {
-        SharedParams {
-            version: self.version,
-            column: self.column.clone(),
-            metric: self.metric,
-            mode: self.mode,
-            use_index: self.options.use_index,
-            fast_search: self.options.fast_search,
-        }
-    }
+fn yes() -> bool {
+    true
+}
 
-    /// Search parameters with `shared` for the batch and `own` for the
-    /// query.
-    pub fn from_parts(shared: SharedParams, own: PerQueryParams) -> SearchParams {
-        SearchParams {
-            column: shared.column,
-            filter: own.filter,
-            filter_mode: own.filter_mode,
-            projection: own.projection,
-            version: shared.version,
-            metric: shared.metric,
-            mode: shared.mode,
-            options: SearchOptions {
-                use_index: shared.use_index,
-                nprobes: own.nprobes,
-                refine_factor: own.refine_factor,
-                fast_search: shared.fast_search,
-            },
+impl Default for SharedParams {
+    fn default() -> Self {
+        SharedParams {
+            version: None,
+            column: None,
+            metric: None,
+            mode: SearchMode::Auto,
+            use_index: true,
+            fast_search: false,
         }
     }
 }
 
+/// Builder methods for the fields of [`PerQueryParams`].
+macro_rules! own_builders {
+    ($t:ty, $self_:ident => $apply:expr) => {
+        impl $t {
+            /// Only rows matching this SQL filter (a prefilter by default).
+            pub fn filter(mut self, sql: impl Into<String>) -> Self {
+                let sql = sql.into();
+                let $self_ = &mut self;
+                $apply(&mut |p: &mut PerQueryParams| p.filter = Some(sql.clone()));
+                self
+            }
+
+            /// Applies the filter after the search (may return fewer than
+            /// k rows).
+            pub fn postfilter(mut self) -> Self {
+                let $self_ = &mut self;
+                $apply(&mut |p: &mut PerQueryParams| p.filter_mode = FilterMode::Postfilter);
+                self
+            }
+
+            /// Scalar (or vector) columns to return with each row.
+            pub fn select<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
+                let columns: Vec<String> = columns.into_iter().map(Into::into).collect();
+                let $self_ = &mut self;
+                $apply(&mut |p: &mut PerQueryParams| p.projection = columns.clone());
+                self
+            }
+
+            /// Probes this many partitions per index segment.
+            pub fn nprobes(mut self, n: usize) -> Self {
+                let $self_ = &mut self;
+                $apply(&mut |p: &mut PerQueryParams| p.nprobes = Nprobes::Fixed(n));
+                self
+            }
+
+            /// Probes at least `min` and at most `max` partitions, stopping
+            /// once enough matching rows were seen (see [`Nprobes::Adaptive`]).
+            pub fn adaptive_nprobes(mut self, min: usize, max: usize) -> Self {
+                let $self_ = &mut self;
+                $apply(&mut |p: &mut PerQueryParams| p.nprobes = Nprobes::Adaptive { min, max });
+                self
+            }
+
+            /// Reranks `(k + offset) × factor` index candidates with exact
+            /// vectors.
+            pub fn refine_factor(mut self, factor: usize) -> Self {
+                let $self_ = &mut self;
+                $apply(&mut |p: &mut PerQueryParams| p.refine_factor = Some(factor));
+                self
+            }
+        }
+    };
+}
+
+/// Builder methods for the fields of [`SharedParams`].
+macro_rules! shared_builders {
+    ($t:ty) => {
+        impl $t {
+            /// The vector column to search (needed when there are several).
+            pub fn column(mut self, name: impl Into<String>) -> Self {
+                self.shared.column = Some(name.into());
+                self
+            }
+
+            /// Searches this version instead of the latest.
+            pub fn version(mut self, version: u64) -> Self {
+                self.shared.version = Some(version);
+                self
+            }
+
+            /// Uses this metric instead of the column's.
+            pub fn metric(mut self, metric: Metric) -> Self {
+                self.shared.metric = Some(metric);
+                self
+            }
+
+            /// Forces an execution mode (exact, per-query, shared).
+            pub fn mode(mut self, mode: SearchMode) -> Self {
+                self.shared.mode = mode;
+                self
+            }
+
+            /// Whether to use the column's index when it has one (default
+            /// true; false searches every row exactly).
+            pub fn use_index(mut self, use_index: bool) -> Self {
+                self.shared.use_index = use_index;
+                self
+            }
+
+            /// Skips the exact scan of fragments no index covers yet.
+            pub fn fast_search(mut self) -> Self {
+                self.shared.fast_search = true;
+                self
+            }
+
+            /// Lets `token` stop the search: once cancelled, the scan stops
+            /// within one partition (or exact-scan chunk) and the search
+            /// fails with [`Error::Cancelled`], holding nothing afterwards.
+            pub fn cancel_token(mut self, token: CancelToken) -> Self {
+                self.cancel = Some(token);
+                self
+            }
+        }
+    };
+}
+
+own_builders!(PerQueryParams, p => |f: &mut dyn FnMut(&mut PerQueryParams)| f(p));
+own_builders!(Query, q => |f: &mut dyn FnMut(&mut PerQueryParams)| f(&mut q.own));
+own_builders!(BatchQuery, b => |f: &mut dyn FnMut(&mut PerQueryParams)| b.own.for_each_mut(f));
+shared_builders!(Query);
+shared_builders!(BatchQuery);
+
 /// One vector's nearest-neighbour search.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Query {
     /// The query vector.
     pub vector: Vec<f32>,
@@ -256,9 +291,17 @@ pub struct Query {
     pub k: usize,
     /// Best rows to skip before the k returned.
     pub offset: usize,
-    /// Everything a batch shares.
-    #[serde(flatten)]
-    pub params: SearchParams,
+    /// Its own filter, projection and probing.
+    pub own: PerQueryParams,
+    /// What it must share with the queries it is batched with.
+    pub shared: SharedParams,
+    /// A token that may stop the search.
+    pub cancel: Option<CancelToken>,
+    /// In the engine: fail with [`Error::DeadlineExceeded`] when the scan
+    /// has not started this long after the search was submitted (a direct
+    /// [`crate::Dataset::search`] starts at once). `None`: the engine's
+    /// `coalescer.default_deadline_ms`.
+    pub timeout: Option<Duration>,
 }
 
 impl Query {
@@ -268,8 +311,23 @@ impl Query {
             vector,
             k,
             offset: 0,
-            params: SearchParams::default(),
+            own: PerQueryParams::default(),
+            shared: SharedParams::default(),
+            cancel: None,
+            timeout: None,
         }
+    }
+
+    /// Skips the `offset` best rows before the k returned.
+    pub fn offset(mut self, offset: usize) -> Self {
+        self.offset = offset;
+        self
+    }
+
+    /// See [`Query::timeout`] (the field).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// The equivalent batch of one.
@@ -278,78 +336,70 @@ impl Query {
             vectors: vec![self.vector],
             k: PerQuery::All(self.k),
             offset: PerQuery::All(self.offset),
-            params: self.params,
-            each: None,
+            own: PerQuery::All(self.own),
+            shared: self.shared,
+            cancel: self.cancel,
         }
-    }
-}
-
-impl std::ops::Deref for Query {
-    type Target = SearchParams;
-    fn deref(&self) -> &SearchParams {
-        &self.params
-    }
-}
-
-impl std::ops::DerefMut for Query {
-    fn deref_mut(&mut self) -> &mut SearchParams {
-        &mut self.params
     }
 }
 
 /// A value given once for the whole batch or once per query.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum PerQuery {
+pub enum PerQuery<T> {
     /// The same value for every query.
-    All(usize),
+    All(T),
     /// One value per query, in query order.
-    Each(Vec<usize>),
+    Each(Vec<T>),
 }
 
-impl PerQuery {
-    /// The value for query `i` (0 past the end of a per-query list, which
-    /// validation rejects anyway).
-    pub fn get(&self, i: usize) -> usize {
+impl<T> PerQuery<T> {
+    /// The value for query `i` (`None` past the end of a per-query list,
+    /// which validation rejects).
+    pub fn get(&self, i: usize) -> Option<&T> {
         match self {
-            PerQuery::All(v) => *v,
-            PerQuery::Each(vs) => vs.get(i).copied().unwrap_or(0),
+            PerQuery::All(v) => Some(v),
+            PerQuery::Each(vs) => vs.get(i),
         }
     }
 
-    fn expand(&self, what: &str, n: usize) -> Result<Vec<usize>> {
+    /// Applies `f` to the single value or to every per-query value.
+    pub fn for_each_mut(&mut self, f: &mut dyn FnMut(&mut T)) {
         match self {
-            PerQuery::All(v) => Ok(vec![*v; n]),
-            PerQuery::Each(vs) if vs.len() == n => Ok(vs.clone()),
-            PerQuery::Each(vs) => Err(Error::InvalidArgument(format!(
-                "{what} has {} values for {n} queries",
+            PerQuery::All(v) => f(v),
+            PerQuery::Each(vs) => vs.iter_mut().for_each(f),
+        }
+    }
+
+    fn check_len(&self, what: &str, unit: &str, n: usize) -> Result<()> {
+        match self {
+            PerQuery::Each(vs) if vs.len() != n => Err(Error::InvalidArgument(format!(
+                "{what} has {} {unit} for {n} queries",
                 vs.len()
             ))),
+            _ => Ok(()),
         }
     }
 }
 
 /// Many independent query vectors searched in one scan of one version,
-/// column and metric; each has its own k and offset, and (with `each`) its
-/// own filter, filter mode, projection, nprobes and refine factor.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// column and metric; each has its own k, offset, filter, filter mode,
+/// projection, nprobes and refine factor (given once for all or per
+/// query).
+#[derive(Clone, Debug, PartialEq)]
 pub struct BatchQuery {
     /// The query vectors (an n × dim matrix, one row per query).
     pub vectors: Vec<Vec<f32>>,
     /// Rows wanted, for all or per query.
-    pub k: PerQuery,
+    pub k: PerQuery<usize>,
     /// Rows skipped, for all or per query.
-    pub offset: PerQuery,
-    /// Parameters of the batch; without `each`, also every query's filter,
-    /// projection and probing.
-    #[serde(flatten)]
-    pub params: SearchParams,
-    /// One entry per query, in query order: each query's own filter,
-    /// filter mode, projection, nprobes and refine factor, in place of
-    /// those of `params` (whose nprobes is then ignored, and whose filter,
-    /// filter mode, projection and refine factor must be left unset).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub each: Option<Vec<PerQueryParams>>,
+    pub offset: PerQuery<usize>,
+    /// Filter, projection and probing, for all or per query.
+    pub own: PerQuery<PerQueryParams>,
+    /// What the whole batch shares.
+    pub shared: SharedParams,
+    /// A token that may stop the search.
+    pub cancel: Option<CancelToken>,
 }
 
 impl BatchQuery {
@@ -359,123 +409,21 @@ impl BatchQuery {
             vectors,
             k: PerQuery::All(k),
             offset: PerQuery::All(0),
-            params: SearchParams::default(),
-            each: None,
+            own: PerQuery::All(PerQueryParams::default()),
+            shared: SharedParams::default(),
+            cancel: None,
         }
     }
 
-    /// Query `i`'s own parameters: its entry of `each`, or the batch's.
-    pub fn params_of(&self, i: usize) -> PerQueryParams {
-        match self.each.as_ref().and_then(|e| e.get(i)) {
-            Some(own) => own.clone(),
-            None => PerQueryParams::from(&self.params),
-        }
-    }
-}
-
-impl std::ops::Deref for BatchQuery {
-    type Target = SearchParams;
-    fn deref(&self) -> &SearchParams {
-        &self.params
-    }
-}
-
-impl std::ops::DerefMut for BatchQuery {
-    fn deref_mut(&mut self) -> &mut SearchParams {
-        &mut self.params
-    }
-}
-
-/// Builder methods that [`Query`] and [`BatchQuery`] share (the fields a
-/// batch has in common: everything but the vectors, k and offset).
-macro_rules! search_builders {
-    ($t:ty) => {
-        impl $t {
-            /// Only rows matching this SQL filter (a prefilter by default).
-            pub fn filter(mut self, sql: impl Into<String>) -> Self {
-                self.filter = Some(sql.into());
-                self
-            }
-
-            /// Applies the filter after the search (may return fewer than k rows).
-            pub fn postfilter(mut self) -> Self {
-                self.filter_mode = FilterMode::Postfilter;
-                self
-            }
-
-            /// Scalar (or vector) columns to return with each row.
-            pub fn select<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
-                self.projection = columns.into_iter().map(Into::into).collect();
-                self
-            }
-
-            /// The vector column to search (needed when there are several).
-            pub fn column(mut self, name: impl Into<String>) -> Self {
-                self.column = Some(name.into());
-                self
-            }
-
-            /// Probes this many partitions per index segment.
-            pub fn nprobes(mut self, n: usize) -> Self {
-                self.options.nprobes = Nprobes::Fixed(n);
-                self
-            }
-
-            /// Probes at least `min` and at most `max` partitions, stopping once
-            /// enough matching rows were seen (see [`Nprobes::Adaptive`]).
-            pub fn adaptive_nprobes(mut self, min: usize, max: usize) -> Self {
-                self.options.nprobes = Nprobes::Adaptive { min, max };
-                self
-            }
-
-            /// Reranks `(k + offset) × factor` index candidates with exact vectors.
-            pub fn refine_factor(mut self, factor: usize) -> Self {
-                self.options.refine_factor = Some(factor);
-                self
-            }
-
-            /// Skips the exact scan of fragments no index covers yet.
-            pub fn fast_search(mut self) -> Self {
-                self.options.fast_search = true;
-                self
-            }
-
-            /// Searches this version instead of the latest.
-            pub fn version(mut self, version: u64) -> Self {
-                self.version = Some(version);
-                self
-            }
-
-            /// Uses this metric instead of the column's.
-            pub fn metric(mut self, metric: Metric) -> Self {
-                self.metric = Some(metric);
-                self
-            }
-
-            /// Forces an execution mode (exact, per-query, shared).
-            pub fn mode(mut self, mode: SearchMode) -> Self {
-                self.mode = mode;
-                self
-            }
-        }
-    };
-}
-
-search_builders!(Query);
-search_builders!(BatchQuery);
-
-impl Query {
-    /// Skips the `offset` best rows before the k returned.
-    pub fn offset(mut self, offset: usize) -> Self {
-        self.offset = offset;
-        self
-    }
-}
-
-impl BatchQuery {
     /// One k per query, in query order.
     pub fn ks(mut self, ks: Vec<usize>) -> Self {
         self.k = PerQuery::Each(ks);
+        self
+    }
+
+    /// Skips the `offset` best rows of every query.
+    pub fn offset(mut self, offset: usize) -> Self {
+        self.offset = PerQuery::All(offset);
         self
     }
 
@@ -486,10 +434,30 @@ impl BatchQuery {
     }
 
     /// Each query's own filter, filter mode, projection, nprobes and
-    /// refine factor, in query order (one entry per query).
+    /// refine factor, in query order (one entry per query). Replaces what
+    /// earlier builder calls set for all queries; later ones (`.filter`,
+    /// `.nprobes`, ...) apply to every entry.
     pub fn each(mut self, each: Vec<PerQueryParams>) -> Self {
-        self.each = Some(each);
+        self.own = PerQuery::Each(each);
         self
+    }
+
+    /// Query `i`'s own parameters.
+    pub fn params_of(&self, i: usize) -> PerQueryParams {
+        self.own.get(i).cloned().unwrap_or_default()
+    }
+
+    /// Query `i` alone, as a [`Query`].
+    pub fn query(&self, i: usize) -> Option<Query> {
+        Some(Query {
+            vector: self.vectors.get(i)?.clone(),
+            k: *self.k.get(i)?,
+            offset: *self.offset.get(i)?,
+            own: self.own.get(i)?.clone(),
+            shared: self.shared.clone(),
+            cancel: self.cancel.clone(),
+            timeout: None,
+        })
     }
 }
 
@@ -552,33 +520,20 @@ impl ValidatedBatch {
                 max: limits.max_batch_size,
             });
         }
-        if let Some(each) = &batch.each {
-            if each.len() != n {
-                return Err(Error::InvalidArgument(format!(
-                    "each has {} entries for {n} queries",
-                    each.len()
-                )));
-            }
-            let p = &batch.params;
-            if p.filter.is_some()
-                || p.filter_mode != FilterMode::Prefilter
-                || !p.projection.is_empty()
-                || p.options.refine_factor.is_some()
-            {
-                return Err(Error::InvalidArgument(
-                    "with per-query parameters (each), the filter, filter mode, projection, \
-                     nprobes and refine factor belong to each entry, not to the batch"
-                        .into(),
-                ));
-            }
-        }
-        let (column, dim, default_metric) = schema.vector_column(batch.column.as_deref())?;
-        let metric = batch.metric.unwrap_or(default_metric);
-        let ks = batch.k.expand("k", n)?;
-        let offsets = batch.offset.expand("offset", n)?;
+        batch.k.check_len("k", "values", n)?;
+        batch.offset.check_len("offset", "values", n)?;
+        batch.own.check_len("each", "entries", n)?;
+        let shared = &batch.shared;
+        let (column, dim, default_metric) = schema.vector_column(shared.column.as_deref())?;
+        let metric = shared.metric.unwrap_or(default_metric);
+        let per_query = matches!(batch.own, PerQuery::Each(_)) && n > 1;
         let mut filters: Vec<Filter> = Vec::new();
         let mut specs = Vec::with_capacity(n);
-        for (qi, (&k, &offset)) in ks.iter().zip(&offsets).enumerate() {
+        for qi in 0..n {
+            let (k, offset) = (batch.k.get(qi), batch.offset.get(qi));
+            let (Some(&k), Some(&offset)) = (k, offset) else {
+                return Err(Error::Internal("per-query lengths checked above".into()));
+            };
             if k == 0 {
                 return Err(Error::InvalidArgument("k must be at least 1".into()));
             }
@@ -599,7 +554,7 @@ impl ValidatedBatch {
             let own = batch.params_of(qi);
             // A query's own bad option or filter names the query.
             let in_query = |e: Error| -> Error {
-                if batch.each.is_none() || n == 1 {
+                if !per_query {
                     return e;
                 }
                 match e {
@@ -610,14 +565,12 @@ impl ValidatedBatch {
                     other => other,
                 }
             };
-            SearchOptions {
-                use_index: batch.options.use_index,
-                nprobes: own.nprobes,
-                refine_factor: own.refine_factor,
-                fast_search: batch.options.fast_search,
+            own.nprobes.validate().map_err(in_query)?;
+            if own.refine_factor == Some(0) {
+                return Err(in_query(Error::InvalidArgument(
+                    "refine factor must be at least 1".into(),
+                )));
             }
-            .validate()
-            .map_err(in_query)?;
             if let Some(r) = own.refine_factor {
                 if r > limits.max_refine_factor {
                     return Err(Error::LimitExceeded {
@@ -691,9 +644,9 @@ impl ValidatedBatch {
             queries: PreparedQueries::new(metric, dim, &flat),
             specs,
             filters,
-            mode: batch.mode,
-            use_index: batch.options.use_index,
-            fast_search: batch.options.fast_search,
+            mode: shared.mode,
+            use_index: shared.use_index,
+            fast_search: shared.fast_search,
         })
     }
 

@@ -1,5 +1,6 @@
 //! Search results: per query, rows ordered by `(distance, row_id)`.
 
+use crate::query::request::SearchMode;
 use serde::{Deserialize, Serialize};
 
 /// A projected column value.
@@ -38,11 +39,11 @@ pub struct Hit {
 pub struct SearchResults {
     /// The version searched.
     pub version: u64,
-    /// Names of the projected columns (the batch's projection).
+    /// Names of the projected columns, when every query projects the same
+    /// ones (empty otherwise).
     pub projection: Vec<String>,
-    /// Each query's projected columns, when queries chose their own
-    /// (`BatchQuery::each`) and they differ from `projection`; empty
-    /// otherwise. [`SearchResults::projection_of`] reads either.
+    /// Each query's projected columns, when queries chose different ones
+    /// (empty otherwise). [`SearchResults::projection_of`] reads either.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub projections: Vec<Vec<String>>,
     /// Rows per query, nearest first.
@@ -62,5 +63,54 @@ impl SearchResults {
             .iter()
             .enumerate()
             .flat_map(|(q, hits)| hits.iter().map(move |h| (q, h)))
+    }
+}
+
+/// The answer to one search ([`crate::Dataset::search`],
+/// [`crate::DatasetHandle::search`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SearchResponse {
+    /// The version searched.
+    pub version: u64,
+    /// Names of the projected columns, in the order of each hit's values.
+    pub projection: Vec<String>,
+    /// Rows, nearest first: exactly those the query gets searched alone.
+    pub hits: Vec<Hit>,
+    /// The batch that answered it.
+    pub batch: BatchInfo,
+}
+
+/// How a search was served: which batch, how big, how long it waited.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BatchInfo {
+    /// Engine-wide batch number (0 for a direct [`crate::Dataset`] search).
+    pub id: u64,
+    /// Queries in the batch (1 for a direct search).
+    pub size: usize,
+    /// How the batch was executed (`shared_scan`, `exact`, `per_query`).
+    pub mode: SearchMode,
+    /// The coalesced batch failed on something only some of its callers
+    /// may touch, so this search was run again alone.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub retried_alone: bool,
+    /// Time from submission to the start of the scan (µs).
+    pub queue_wait_us: u64,
+    /// The batch's scan time (µs).
+    pub scan_us: u64,
+}
+
+impl SearchResponse {
+    /// Query `i` of `results` as one response, served by `batch`.
+    pub(crate) fn of(results: &mut SearchResults, i: usize, batch: BatchInfo) -> SearchResponse {
+        SearchResponse {
+            version: results.version,
+            projection: results.projection_of(i).to_vec(),
+            hits: results
+                .hits
+                .get_mut(i)
+                .map(std::mem::take)
+                .unwrap_or_default(),
+            batch,
+        }
     }
 }

@@ -4,12 +4,13 @@
 
 use super::engine::Engine;
 use super::handle::DatasetHandle;
-use super::scanner::SearchResponse;
 use super::stats::EngineStats;
 use crate::config::Config;
+use crate::db::Commit;
 use crate::error::{Error, Result};
 use crate::exec::Profile;
-use crate::query::{BatchQuery, Query, SearchResults};
+use crate::index::IndexParams;
+use crate::query::{BatchQuery, Query, SearchResponse, SearchResults};
 use arrow_array::RecordBatch;
 use std::path::Path;
 
@@ -73,28 +74,39 @@ impl BlockingEngine {
 
 impl BlockingDataset {
     /// See [`DatasetHandle::search`].
-    pub fn search(&self, query: Query) -> Result<SearchResponse> {
+    pub fn search(&self, query: &Query) -> Result<SearchResponse> {
         self.runtime.block_on(self.handle.search(query))
     }
 
     /// See [`DatasetHandle::search_batch`].
-    pub fn search_batch(&self, batch: BatchQuery) -> Result<SearchResults> {
+    pub fn search_batch(&self, batch: &BatchQuery) -> Result<SearchResults> {
         self.runtime.block_on(self.handle.search_batch(batch))
     }
 
     /// See [`DatasetHandle::explain`].
-    pub fn explain(&self, batch: BatchQuery) -> Result<(SearchResults, Profile)> {
+    pub fn explain(&self, batch: &BatchQuery) -> Result<(SearchResults, Profile)> {
         self.runtime.block_on(self.handle.explain(batch))
     }
 
     /// See [`DatasetHandle::append`].
-    pub fn append(&self, batches: Vec<RecordBatch>) -> Result<u64> {
+    pub fn append(&self, batches: Vec<RecordBatch>) -> Result<Commit> {
         self.runtime.block_on(self.handle.append(batches))
     }
 
     /// See [`DatasetHandle::delete`].
-    pub fn delete(&self, filter: &str) -> Result<u64> {
+    pub fn delete(&self, filter: &str) -> Result<Commit> {
         self.runtime.block_on(self.handle.delete(filter))
+    }
+
+    /// See [`DatasetHandle::create_index`].
+    pub fn create_index(&self, column: Option<&str>, params: IndexParams) -> Result<Commit> {
+        self.runtime
+            .block_on(self.handle.create_index(column, params))
+    }
+
+    /// See [`DatasetHandle::optimize`].
+    pub fn optimize(&self) -> Result<Commit> {
+        self.runtime.block_on(self.handle.optimize())
     }
 
     /// The async handle inside.

@@ -55,6 +55,15 @@ impl Engine {
     /// blocking wrapper [`BlockingEngine`](super::BlockingEngine) brings
     /// its own.
     pub fn start(config: Config, data_dir: impl AsRef<Path>) -> Result<Engine> {
+        config.validate()?;
+        Engine::with_session(Session::new(config), data_dir)
+    }
+
+    /// Starts an engine over an existing `session`: its datasets share the
+    /// session's caches, scan pool and config with every other user of the
+    /// session (say, a program that also opens datasets directly).
+    pub fn with_session(session: Session, data_dir: impl AsRef<Path>) -> Result<Engine> {
+        let config = session.config().clone();
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             Error::InvalidArgument(
                 "Engine::start must be called inside a tokio runtime (or use BlockingEngine)"
@@ -84,7 +93,7 @@ impl Engine {
         let actor = runtime.spawn(actor.run());
         Ok(Engine {
             core: Arc::new(EngineCore {
-                session: Session::new(config),
+                session,
                 data_dir,
                 inbox,
                 scanner,
@@ -191,7 +200,7 @@ impl EngineCore {
 }
 
 /// Names of the datasets an engine on `dir` serves, sorted: the
-/// subdirectories holding a dataset whose names pass [`check_name`].
+/// subdirectories holding a dataset whose names pass `check_name`.
 /// Reads the directory (blocking).
 pub fn dataset_names_in(dir: &Path) -> Result<Vec<String>> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;

@@ -7,14 +7,16 @@
 use super::coalescer::{Message, Submission};
 use super::engine::{blocking, EngineCore};
 use super::reply::{reply_channel, ReplyReceiver};
-use super::scanner::{BatchKey, SearchRequest, SearchResponse};
+use super::scanner::{BatchKey, SearchRequest};
 use super::stats::Stats;
-use crate::db::Dataset;
+use crate::cancel::CancelToken;
+use crate::db::{Commit, Dataset};
 use crate::error::{Error, Result};
 use crate::exec::Profile;
-use crate::index::{IndexParams, IndexSegmentMeta};
+use crate::index::IndexParams;
+use crate::progress::Progress;
 use crate::query::request::ValidatedBatch;
-use crate::query::{BatchQuery, PerQuery, PerQueryParams, Query, SearchResults};
+use crate::query::{BatchQuery, Query, SearchResponse, SearchResults};
 use arrow_array::RecordBatch;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,14 +26,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-/// A progress callback of an index build: `(stage, done, total)`, called
-/// from the blocking thread the build runs on.
-pub type IndexProgress = Box<dyn FnMut(&str, usize, usize) + Send>;
-
 /// A served dataset. Cheap to clone; `Send + Sync`.
 #[derive(Clone, Debug)]
 pub struct DatasetHandle {
     inner: Arc<HandleInner>,
+    progress: Option<Progress>,
 }
 
 #[derive(Debug)]
@@ -61,16 +60,17 @@ impl HandleInner {
     }
 }
 
-/// Tells the coalescer that a caller stopped waiting (dropped its future)
-/// unless disarmed. Best effort: a full inbox loses the message, and the
-/// scanner drops the closed caller before its batch starts anyway.
-struct CancelOnDrop<'a> {
+/// Withdraws a caller's search from the coalescer when the caller stops
+/// waiting (drops its future), unless disarmed. Best effort: a full inbox
+/// loses the message, and the scanner drops the closed caller before its
+/// batch starts anyway.
+struct WithdrawOnDrop<'a> {
     id: u64,
     inbox: &'a mpsc::Sender<Message>,
     armed: bool,
 }
 
-impl Drop for CancelOnDrop<'_> {
+impl Drop for WithdrawOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
             let _ = self.inbox.try_send(Message::Cancel(self.id));
@@ -87,6 +87,17 @@ impl DatasetHandle {
                 latest: RwLock::new(dataset),
                 writes: Default::default(),
             }),
+            progress: None,
+        }
+    }
+
+    /// This handle reporting the progress of its long writes (index
+    /// builds, optimize, appends) to `progress`, from the blocking thread
+    /// the write runs on. Cheap: the dataset is shared.
+    pub fn with_progress(&self, progress: Progress) -> DatasetHandle {
+        DatasetHandle {
+            inner: Arc::clone(&self.inner),
+            progress: Some(progress),
         }
     }
 
@@ -109,38 +120,28 @@ impl DatasetHandle {
     /// searches of the same version, column, metric and mode (each keeps
     /// its own filter, k, offset, nprobes, refine factor and projection).
     /// The rows are exactly those of [`Dataset::search`] on the version it
-    /// resolves now. Dropping the future cancels the search.
-    pub async fn search(&self, query: Query) -> Result<SearchResponse> {
-        let deadline_ms = self
-            .inner
-            .engine
-            .session
-            .config()
-            .coalescer
-            .default_deadline_ms;
-        let deadline = (deadline_ms > 0).then(|| Duration::from_millis(deadline_ms));
-        self.submit(query, deadline).await
-    }
-
-    /// [`DatasetHandle::search`] that fails with
-    /// [`Error::DeadlineExceeded`] if its scan has not started within
-    /// `timeout`.
-    pub async fn search_with_deadline(
-        &self,
-        query: Query,
-        timeout: Duration,
-    ) -> Result<SearchResponse> {
-        self.submit(query, Some(timeout)).await
-    }
-
-    async fn submit(&self, query: Query, timeout: Option<Duration>) -> Result<SearchResponse> {
+    /// resolves now. Dropping the future cancels the search, as does the
+    /// query's cancel token; its `timeout` (else the engine's
+    /// `coalescer.default_deadline_ms`) bounds the wait for a scan.
+    pub async fn search(&self, query: &Query) -> Result<SearchResponse> {
+        let timeout = query.timeout.or_else(|| {
+            let ms = self
+                .inner
+                .engine
+                .session
+                .config()
+                .coalescer
+                .default_deadline_ms;
+            (ms > 0).then(|| Duration::from_millis(ms))
+        });
         let id = self
             .inner
             .engine
             .next_request
             .fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("search", dataset = %self.inner.name, request = id);
-        self.submit_as(id, query, timeout).instrument(span).await
+        let search = self.submit_as(id, query.clone(), timeout).instrument(span);
+        until_cancelled(query.cancel.as_ref(), search).await
     }
 
     async fn submit_as(
@@ -153,7 +154,7 @@ impl DatasetHandle {
         engine.check_open()?;
         Stats::add(&engine.stats.requests, 1);
         let arrived = Instant::now();
-        let snapshot = self.snapshot(query.version).await?;
+        let snapshot = self.snapshot(query.shared.version).await?;
         let (key, request, reply) = self.prepare(snapshot, query)?;
         let deadline = timeout.map(|t| arrived + t);
         let message = Message::Submit(Box::new(Submission {
@@ -167,13 +168,13 @@ impl DatasetHandle {
             .send(message)
             .await
             .map_err(|_| Error::ShuttingDown)?;
-        let mut cancel = CancelOnDrop {
+        let mut withdraw = WithdrawOnDrop {
             id,
             inbox: &engine.inbox,
             armed: true,
         };
         let answer = reply.await;
-        cancel.armed = false;
+        withdraw.armed = false;
         match answer {
             Ok(result) => result,
             // The engine stopped (its runtime is going away) before
@@ -196,29 +197,23 @@ impl DatasetHandle {
         SearchRequest,
         ReplyReceiver<Result<SearchResponse>>,
     )> {
-        let Query {
-            vector,
-            k,
-            offset,
-            params,
-        } = query;
-        let mut one = BatchQuery {
-            vectors: vec![vector],
-            k: PerQuery::All(k),
-            offset: PerQuery::All(offset),
-            params,
-            each: None,
-        };
+        let (k, offset) = (query.k, query.offset);
+        let one = query.into_batch();
         let validated = ValidatedBatch::new(&one, snapshot.schema(), &snapshot.config().limits)?;
-        let mut shared = one.params.shared();
+        let BatchQuery {
+            vectors,
+            own,
+            mut shared,
+            ..
+        } = one;
         shared.version = Some(snapshot.version());
         shared.column = Some(validated.column.clone());
         shared.metric = Some(validated.metric);
-        let mut own = PerQueryParams::from(&one.params);
+        let mut own = own.get(0).cloned().unwrap_or_default();
         own.filter = validated.specs[0]
             .filter
             .map(|f| validated.filters[f].normalized().to_string());
-        let vector = one.vectors.pop().unwrap_or_default();
+        let vector = vectors.into_iter().next().unwrap_or_default();
         let (reply, receiver) = reply_channel();
         Ok((
             BatchKey {
@@ -248,96 +243,53 @@ impl DatasetHandle {
         }
     }
 
-    /// Searches an explicit batch at once (no window), on a scan slot.
-    /// Dropping the future cancels the scan.
-    pub async fn search_batch(&self, batch: BatchQuery) -> Result<SearchResults> {
+    /// Searches an explicit batch at once (no window), on a scan slot;
+    /// `hits[i]` answers query `i`. Dropping the future cancels the scan,
+    /// as does the batch's cancel token.
+    pub async fn search_batch(&self, batch: &BatchQuery) -> Result<SearchResults> {
         Ok(self.explain(batch).await?.0)
     }
 
     /// [`DatasetHandle::search_batch`], with what the execution did.
-    pub async fn explain(&self, batch: BatchQuery) -> Result<(SearchResults, Profile)> {
+    pub async fn explain(&self, batch: &BatchQuery) -> Result<(SearchResults, Profile)> {
         let engine = &self.inner.engine;
         engine.check_open()?;
-        engine.scanner.run_explicit(self.latest(), batch).await
+        let run = engine.scanner.run_explicit(self.latest(), batch.clone());
+        until_cancelled(batch.cancel.as_ref(), run).await
     }
 
-    /// Appends rows as a new version; returns how many were added.
-    pub async fn append(&self, batches: Vec<RecordBatch>) -> Result<u64> {
-        Ok(self.append_versioned(batches).await?.1)
+    /// Appends rows as a new version; the commit counts the rows added.
+    pub async fn append(&self, batches: Vec<RecordBatch>) -> Result<Commit> {
+        self.write(move |ds| ds.append(batches)).await
     }
 
-    /// [`DatasetHandle::append`], with the version it committed:
-    /// `(version, rows added)`.
-    pub async fn append_versioned(&self, batches: Vec<RecordBatch>) -> Result<(u64, u64)> {
-        self.write(move |ds| {
-            let added = ds.append(batches.into_iter().map(Ok))?;
-            Ok((ds.version(), added))
-        })
-        .await
-    }
-
-    /// Deletes the rows matching `filter` as a new version; returns how many.
-    pub async fn delete(&self, filter: &str) -> Result<u64> {
-        Ok(self.delete_versioned(filter).await?.1)
-    }
-
-    /// [`DatasetHandle::delete`], with the version it leaves the dataset
-    /// at: `(version, rows deleted)` (deleting nothing commits nothing and
-    /// answers the version as it was).
-    pub async fn delete_versioned(&self, filter: &str) -> Result<(u64, u64)> {
+    /// Deletes the rows matching `filter` as a new version; the commit
+    /// counts them (deleting nothing commits nothing and answers the
+    /// version as it was).
+    pub async fn delete(&self, filter: &str) -> Result<Commit> {
         let filter = filter.to_string();
-        self.write(move |ds| {
-            let deleted = ds.delete(&filter)?;
-            Ok((ds.version(), deleted))
-        })
-        .await
+        self.write(move |ds| ds.delete(&filter)).await
     }
 
     /// Builds an index over `column` (the only vector column when `None`),
-    /// replacing its segments, on a blocking thread.
-    pub async fn create_index(
-        &self,
-        column: Option<String>,
-        params: IndexParams,
-    ) -> Result<IndexSegmentMeta> {
+    /// replacing its segments, on a blocking thread (see
+    /// [`Dataset::create_index`]).
+    pub async fn create_index(&self, column: Option<&str>, params: IndexParams) -> Result<Commit> {
+        let column = column.map(str::to_string);
         self.write(move |ds| ds.create_index(column.as_deref(), params))
             .await
     }
 
-    /// [`DatasetHandle::create_index`], reporting `(stage, done, total)` to
-    /// `progress` from the blocking thread while it runs (k-means
-    /// iterations, rows assigned, partitions written). Answers the segment
-    /// and the version it committed.
-    pub async fn create_index_with_progress(
-        &self,
-        column: Option<String>,
-        params: IndexParams,
-        mut progress: IndexProgress,
-    ) -> Result<(IndexSegmentMeta, u64)> {
-        self.write(move |ds| {
-            let meta = ds.create_index_with_progress(column.as_deref(), params, &mut *progress)?;
-            Ok((meta, ds.version()))
-        })
-        .await
+    /// Indexes the fragments no segment covers yet (delta segments; see
+    /// [`Dataset::optimize`]).
+    pub async fn optimize(&self) -> Result<Commit> {
+        self.write(|ds| ds.optimize()).await
     }
 
-    /// Indexes the fragments no segment covers yet (delta segments).
-    pub async fn optimize(&self) -> Result<Vec<IndexSegmentMeta>> {
-        self.write(|ds| ds.optimize(&mut |_, _, _| {})).await
-    }
-
-    /// [`DatasetHandle::optimize`], reporting progress like
-    /// [`DatasetHandle::create_index_with_progress`]. Answers the new
-    /// segments and the version the dataset is at afterwards.
-    pub async fn optimize_with_progress(
-        &self,
-        mut progress: IndexProgress,
-    ) -> Result<(Vec<IndexSegmentMeta>, u64)> {
-        self.write(move |ds| {
-            let built = ds.optimize(&mut *progress)?;
-            Ok((built, ds.version()))
-        })
-        .await
+    /// Retrains the index of `column` (see [`Dataset::reindex`]).
+    pub async fn reindex(&self, column: Option<&str>) -> Result<Commit> {
+        let column = column.map(str::to_string);
+        self.write(move |ds| ds.reindex(column.as_deref())).await
     }
 
     /// Runs one write at a time on a blocking thread and publishes the new
@@ -351,13 +303,43 @@ impl DatasetHandle {
         self.inner.engine.check_open()?;
         let turn = std::sync::Arc::clone(&self.inner.writes).lock_owned().await;
         let inner = Arc::clone(&self.inner);
+        let progress = self.progress.clone();
         blocking(move || {
             let _turn = turn;
-            let mut dataset = inner.latest();
+            let latest = inner.latest();
+            let mut dataset = match progress {
+                Some(p) => latest.with_progress(p),
+                None => latest,
+            };
             let out = change(&mut dataset)?;
-            inner.publish(dataset);
+            inner.publish(dataset.without_progress());
             Ok(out)
         })
         .await
+    }
+}
+
+/// Runs `work` unless `token` is cancelled first (then fails with
+/// [`Error::Cancelled`] and drops `work`, which cancels it). The token has
+/// no waker, so it is polled every few milliseconds while a search waits.
+async fn until_cancelled<T>(
+    token: Option<&CancelToken>,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let Some(token) = token else {
+        return work.await;
+    };
+    token.check()?;
+    let watch = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if token.is_cancelled() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        out = work => out,
+        () = watch => Err(Error::Cancelled),
     }
 }

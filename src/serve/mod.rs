@@ -16,7 +16,7 @@
 //! use shoal::{Config, Engine, Query};
 //! let engine = Engine::start(Config::default(), "data/")?;
 //! let demo = engine.dataset("demo").await?;
-//! let answer = demo.search(Query::new(vec![0.0; 128], 10)).await?;
+//! let answer = demo.search(&Query::new(vec![0.0; 128], 10)).await?;
 //! println!("{} hits from a batch of {}", answer.hits.len(), answer.batch.size);
 //! engine.shutdown().await;
 //! # Ok(()) }
@@ -32,8 +32,6 @@ pub(crate) mod scanner;
 pub mod stats;
 
 pub use blocking::{BlockingDataset, BlockingEngine};
-pub use budget::{BudgetPermit, MemoryBudget};
 pub use engine::{dataset_names_in, Engine};
 pub use handle::DatasetHandle;
-pub use scanner::{BatchInfo, SearchResponse};
 pub use stats::{EngineStats, HistogramSnapshot};

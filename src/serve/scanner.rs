@@ -18,9 +18,9 @@ use crate::db::Dataset;
 use crate::error::{Error, Result};
 use crate::exec::{CancelToken, Profile};
 use crate::query::{
-    BatchQuery, Hit, PerQuery, PerQueryParams, SearchParams, SearchResults, SharedParams,
+    BatchInfo, BatchQuery, Hit, PerQuery, PerQueryParams, SearchResponse, SearchResults,
+    SharedParams,
 };
-use serde::Serialize;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,34 +55,6 @@ pub(crate) struct SearchRequest {
 /// A coalesced batch as the coalescer hands it over.
 pub(crate) type CoalescedBatch = Batch<BatchKey, SearchRequest>;
 
-/// The answer to one coalesced search.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SearchResponse {
-    /// The version searched.
-    pub version: u64,
-    /// Names of the projected columns, in the order of each hit's values.
-    pub projection: Vec<String>,
-    /// Rows, nearest first: exactly those the query gets searched alone.
-    pub hits: Vec<Hit>,
-    /// The batch that answered it.
-    pub batch: BatchInfo,
-}
-
-/// How a search was served: which batch, how big, how long it waited.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct BatchInfo {
-    /// Engine-wide batch number.
-    pub id: u64,
-    /// Queries in the batch.
-    pub size: usize,
-    /// Execution mode (`shared_scan`, `exact`, `per_query`).
-    pub mode: String,
-    /// Time from submission to the start of the scan (µs).
-    pub queue_wait_us: u64,
-    /// The batch's scan time (µs).
-    pub scan_us: u64,
-}
-
 /// Runs batches; shared by the coalescer actor and explicit batches.
 #[derive(Debug)]
 pub(crate) struct Scanner {
@@ -116,9 +88,9 @@ impl Drop for SlotGuard {
 
 /// Cancels a token when dropped: an explicit batch whose caller stops
 /// awaiting stops scanning.
-struct CancelOnDrop(CancelToken);
+struct CancelScanOnDrop(CancelToken);
 
-impl Drop for CancelOnDrop {
+impl Drop for CancelScanOnDrop {
     fn drop(&mut self) {
         self.0.cancel();
     }
@@ -133,18 +105,15 @@ type Scanned = (SearchResults, Profile, Duration);
 /// own answer or error, searched alone.
 enum Coalesced {
     Batch(Box<Scanned>),
-    Each(Vec<Result<SearchResults>>, Duration),
+    Each(Vec<Result<(SearchResults, Profile)>>, Duration),
 }
 
 /// Query `i` of `batch` as a batch of one, with its own parameters.
-fn alone(batch: &BatchQuery, i: usize) -> BatchQuery {
-    BatchQuery {
-        vectors: vec![batch.vectors[i].clone()],
-        k: PerQuery::All(batch.k.get(i)),
-        offset: PerQuery::All(batch.offset.get(i)),
-        params: batch.params.clone(),
-        each: Some(vec![batch.params_of(i)]),
-    }
+fn alone(batch: &BatchQuery, i: usize) -> Result<BatchQuery> {
+    batch
+        .query(i)
+        .map(|q| q.into_batch())
+        .ok_or_else(|| Error::Internal(format!("a batch has no query {i}")))
 }
 
 impl Scanner {
@@ -250,8 +219,9 @@ impl Scanner {
             vectors,
             k: PerQuery::Each(ks),
             offset: PerQuery::Each(offsets),
-            params: SearchParams::from_parts(batch.key.params, PerQueryParams::default()),
-            each: Some(owns),
+            own: PerQuery::Each(owns),
+            shared: batch.key.params,
+            cancel: None,
         };
         let id = self.next_batch.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("batch", id, key = %format_args!("{key_hash:016x}"), size = n, reason = ?batch.reason);
@@ -274,17 +244,16 @@ impl Scanner {
                 );
                 for ((reply, answer), queue_wait_us) in replies.into_iter().zip(answers).zip(waits)
                 {
-                    let response = answer.map(|results| SearchResponse {
-                        version: results.version,
-                        projection: results.projection_of(0).to_vec(),
-                        hits: results.hits.into_iter().next().unwrap_or_default(),
-                        batch: BatchInfo {
+                    let response = answer.map(|(mut results, profile)| {
+                        let batch = BatchInfo {
                             id,
                             size: 1,
-                            mode: "alone_after_batch_error".into(),
+                            mode: profile.mode,
+                            retried_alone: true,
                             queue_wait_us,
                             scan_us: took.as_micros() as u64,
-                        },
+                        };
+                        SearchResponse::of(&mut results, 0, batch)
                     });
                     if reply.send(response).is_err() {
                         Stats::add(&self.stats.cancelled, 1);
@@ -302,24 +271,17 @@ impl Scanner {
                     scan_us = took.as_micros() as u64,
                     "batch done"
                 );
-                let projections: Vec<Vec<String>> =
-                    (0..n).map(|i| results.projection_of(i).to_vec()).collect();
-                let SearchResults { version, hits, .. } = results;
-                for (((reply, hits), queue_wait_us), projection) in
-                    replies.into_iter().zip(hits).zip(waits).zip(projections)
-                {
-                    let response = SearchResponse {
-                        version,
-                        projection,
-                        hits,
-                        batch: BatchInfo {
-                            id,
-                            size: n,
-                            mode: profile.mode.clone(),
-                            queue_wait_us,
-                            scan_us: took.as_micros() as u64,
-                        },
+                let mut results = results;
+                for (i, (reply, queue_wait_us)) in replies.into_iter().zip(waits).enumerate() {
+                    let batch = BatchInfo {
+                        id,
+                        size: n,
+                        mode: profile.mode,
+                        retried_alone: false,
+                        queue_wait_us,
+                        scan_us: took.as_micros() as u64,
                     };
+                    let response = SearchResponse::of(&mut results, i, batch);
                     if reply.send(Ok(response)).is_err() {
                         Stats::add(&self.stats.cancelled, 1);
                     }
@@ -375,7 +337,7 @@ impl Scanner {
     ) -> Option<Result<Coalesced>> {
         let bytes = batch_bytes(&query, self.heap_copies);
         let token = CancelToken::new();
-        let cancel_on_drop = CancelOnDrop(token.clone());
+        let cancel_on_drop = CancelScanOnDrop(token.clone());
         let budget = self.budget.clone();
         let wait = self.budget_wait;
         let mut job = tokio::task::spawn_blocking(move || {
@@ -387,7 +349,7 @@ impl Scanner {
             };
             token.check()?;
             let started = std::time::Instant::now();
-            match snapshot.search_batch_cancellable(&query, &token) {
+            match snapshot.run(&query, &token) {
                 Ok((results, profile)) => Ok(Coalesced::Batch(Box::new((
                     results,
                     profile,
@@ -404,9 +366,7 @@ impl Scanner {
                     let answers = (0..query.vectors.len())
                         .map(|i| {
                             token.check()?;
-                            Ok(snapshot
-                                .search_batch_cancellable(&alone(&query, i), &token)?
-                                .0)
+                            snapshot.run(&alone(&query, i)?, &token)
                         })
                         .collect();
                     Ok(Coalesced::Each(answers, started.elapsed()))
@@ -482,9 +442,9 @@ pub(crate) fn batch_bytes(query: &BatchQuery, heap_copies: u64) -> u64 {
     for (i, v) in query.vectors.iter().enumerate() {
         let own = query.params_of(i);
         let projected = own.projection.len() as u64;
-        let k = query.k.get(i) as u64;
+        let k = query.k.get(i).copied().unwrap_or(0) as u64;
         let depth = k
-            .saturating_add(query.offset.get(i) as u64)
+            .saturating_add(query.offset.get(i).copied().unwrap_or(0) as u64)
             .saturating_mul(own.refine_factor.unwrap_or(1) as u64);
         bytes = bytes
             .saturating_add(v.len() as u64 * 8)

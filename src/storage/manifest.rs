@@ -71,7 +71,7 @@ pub struct Manifest {
     #[serde(default)]
     pub indices: Vec<crate::storage::index_meta::IndexSegmentMeta>,
     /// CRC-32 of this manifest's compact JSON form without this field
-    /// (see [`manifest_crc32`]); required from format 2 on.
+    /// (recomputed on read); required from format 2 on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crc32: Option<u32>,
 }
@@ -88,6 +88,17 @@ fn manifest_crc32(manifest: &Manifest) -> Result<u32> {
 }
 
 impl Manifest {
+    /// The next version's manifest, as yet unchanged: this one with its
+    /// version bumped, stamped now and made by `operation`.
+    pub fn next(&self, operation: &str) -> Manifest {
+        let mut next = self.clone();
+        next.version += 1;
+        next.timestamp_ms = now_ms();
+        next.operation = operation.into();
+        next.crc32 = None;
+        next
+    }
+
     /// Rows visible in this version (not deleted).
     pub fn visible_rows(&self) -> u64 {
         self.fragments.iter().map(|f| f.rows - f.deleted_rows).sum()
@@ -277,4 +288,12 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
         Ok(d) => d.sync_all().map_err(|e| Error::io(dir, e)),
         Err(e) => Err(Error::io(dir, e)),
     }
+}
+
+/// Milliseconds since the Unix epoch (0 on a clock before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }

@@ -10,5 +10,6 @@ pub mod ingest;
 pub(crate) mod manifest;
 pub(crate) mod schema;
 
-pub use fragment::{ColumnCache, ColumnData, FragmentView};
+pub use fragment::{ColumnCache, FragmentView};
+pub use manifest::{FragmentMeta, Manifest};
 pub use schema::{Column, ColumnType, Schema, ID_COLUMN};

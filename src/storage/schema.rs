@@ -14,7 +14,12 @@ pub const ID_COLUMN: &str = "id";
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ColumnType {
     /// Fixed-dimension float32 vectors, with the metric searches use by default.
-    Vector { dim: usize, metric: Metric },
+    Vector {
+        /// Floats per vector.
+        dim: usize,
+        /// The metric searches use unless they name another.
+        metric: Metric,
+    },
     /// 64-bit signed integers.
     Int64,
     /// 64-bit floats.
@@ -95,12 +100,15 @@ impl Schema {
     /// Builds a schema from `(name, type)` pairs; the `id` column is added in
     /// front when missing. Fails on duplicates, empty names, a mistyped `id`,
     /// zero-dimension vectors or no vector column at all.
-    pub fn new(columns: Vec<(String, ColumnType)>) -> Result<Schema> {
+    pub fn new<S: Into<String>>(
+        columns: impl IntoIterator<Item = (S, ColumnType)>,
+    ) -> Result<Schema> {
         let mut out = vec![Column {
             name: ID_COLUMN.into(),
             ty: ColumnType::Int64,
         }];
         for (name, ty) in columns {
+            let name: String = name.into();
             if name.is_empty() {
                 return Err(Error::InvalidArgument("column name is empty".into()));
             }
@@ -211,7 +219,7 @@ mod tests {
     #[test]
     fn id_is_added_first_and_duplicates_are_refused() {
         let s = Schema::new(vec![(
-            "v".into(),
+            "v",
             ColumnType::Vector {
                 dim: 3,
                 metric: Metric::L2,
@@ -220,12 +228,8 @@ mod tests {
         .unwrap();
         assert_eq!(s.names(), vec!["id", "v"]);
         assert_eq!(s.vector_column(None).unwrap(), ("v", 3, Metric::L2));
-        assert!(Schema::new(vec![
-            ("a".into(), ColumnType::Int64),
-            ("a".into(), ColumnType::Int64)
-        ])
-        .is_err());
-        assert!(Schema::new(vec![("a".into(), ColumnType::Int64)]).is_err());
+        assert!(Schema::new(vec![("a", ColumnType::Int64), ("a", ColumnType::Int64)]).is_err());
+        assert!(Schema::new(vec![("a", ColumnType::Int64)]).is_err());
         assert!(matches!(s.column("nope"), Err(Error::UnknownColumn { .. })));
         assert!(matches!(
             s.vector_column(Some("id")),

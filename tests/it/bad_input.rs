@@ -1,7 +1,8 @@
 //! Every bad search input gets a clear error and changes nothing.
 
+use crate::common::OwnMut;
 use crate::common::*;
-use shoal::query::PerQuery;
+use shoal::PerQuery;
 use shoal::{BatchQuery, Config, Dataset, Error, Metric, Query};
 
 #[test]
@@ -34,22 +35,22 @@ fn bad_queries_are_rejected_with_clear_errors() {
     assert!(msg(Query::new(vec![1e-20; 4], 5)).contains("no reliable direction"));
     assert!(msg(Query::new(vec![1e19, 0.0, 0.0, 0.0], 5)).contains("too large"));
     let mut q = Query::new(v.clone(), 5);
-    q.column = Some("nope".into());
+    q.shared.column = Some("nope".into());
     assert!(matches!(err(q), Error::UnknownColumn { .. }));
     let mut q = Query::new(v.clone(), 5);
-    q.column = Some("len".into());
+    q.shared.column = Some("len".into());
     assert!(matches!(err(q), Error::WrongColumnType { .. }));
     let mut q = Query::new(v.clone(), 5);
-    q.filter = Some("len >".into());
+    q.own_mut().filter = Some("len >".into());
     assert!(matches!(err(q), Error::Filter { .. }));
     let mut q = Query::new(v.clone(), 5);
-    q.filter = Some("colour = 'red'".into());
+    q.own_mut().filter = Some("colour = 'red'".into());
     assert!(msg(q).contains("unknown column 'colour'"));
     let mut q = Query::new(v.clone(), 5);
-    q.projection = vec!["nope".into()];
+    q.own_mut().projection = vec!["nope".into()];
     assert!(matches!(err(q), Error::UnknownColumn { .. }));
     let mut q = Query::new(v.clone(), 5);
-    q.version = Some(42);
+    q.shared.version = Some(42);
     assert!(matches!(
         err(q),
         Error::VersionNotFound { requested: 42, .. }
@@ -102,7 +103,7 @@ fn bad_dataset_paths_and_deletes() {
     let (mut ds, _) = build(&dir.path().join("ds"), &[20], 3, Metric::L2, 1);
     let v = ds.version();
     assert!(matches!(ds.delete("nope = 1"), Err(Error::Filter { .. })));
-    assert_eq!(ds.delete("len > 1000").unwrap(), 0);
+    assert_eq!(ds.delete("len > 1000").unwrap().rows, 0);
     assert_eq!(Dataset::open(dir.path().join("ds")).unwrap().version(), v);
     assert!(matches!(
         Dataset::create(
@@ -134,7 +135,7 @@ fn bad_dataset_paths_and_deletes() {
 /// 1e19) and search with finite distances, each row finding itself.
 #[test]
 fn huge_and_directionless_vectors_are_refused_at_ingest() {
-    use shoal::index::{IndexKind, IndexParams};
+    use shoal::{IndexKind, IndexParams};
     let dim = 8;
     for (metric, bad_scale, want, ok_scale) in [
         (Metric::L2, 1e19f32, "too large", 1e16f32),
@@ -179,11 +180,11 @@ fn huge_and_directionless_vectors_are_refused_at_ingest() {
         .unwrap();
         for r in [&rows[1], &rows[200]] {
             let ann = ds.search(&Query::new(r.vector.clone(), 5)).unwrap();
-            assert!(ann.hits[0].iter().all(|h| h.distance.is_finite()), "{what}");
+            assert!(ann.hits.iter().all(|h| h.distance.is_finite()), "{what}");
             let exact = ds
-                .search(&Query::new(r.vector.clone(), 1).mode(shoal::query::SearchMode::Exact))
+                .search(&Query::new(r.vector.clone(), 1).mode(shoal::SearchMode::Exact))
                 .unwrap();
-            assert_eq!(exact.hits[0][0].id, r.id, "{what}");
+            assert_eq!(exact.hits[0].id, r.id, "{what}");
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The `shoal` binary end to end.
 
-use shoal::storage::ingest::{read_ivecs, write_fvecs};
+use shoal::ingest::{read_ivecs, write_fvecs};
 use std::process::Command;
 
 fn shoal(args: &[&str]) -> std::process::Output {
@@ -261,12 +261,8 @@ fn serve_answers_http_and_stops_cleanly_on_sigint() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, _) =
         crate::common::build(&dir.path().join("small"), &[120], 8, shoal::Metric::L2, 4);
-    ds.create_index_with_progress(
-        None,
-        shoal::IndexParams::new(shoal::IndexKind::IvfFlat, 4),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    ds.create_index(None, shoal::IndexParams::new(shoal::IndexKind::IvfFlat, 4))
+        .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(dir.path())
@@ -389,14 +385,11 @@ fn hostile_ingest_inputs_exit_1_with_one_error_line() {
     write_parquet(&good, &vector_tag_batch(200, 8, false));
     let bytes = std::fs::read(&good).unwrap();
     let page = first_data_page(&good);
-    let opts = shoal::storage::ingest::IngestOptions {
-        progress: false,
-        ..Default::default()
-    };
+    let opts = shoal::ingest::IngestOptions::default();
     let panicking = (page..page + 48).find(|&at| {
         std::fs::write(path("bad.parquet"), with_inserted(&bytes, at, 31, 0xFF)).unwrap();
         let probe = path("probe");
-        shoal::db::ingest::ingest(&probe, &path("bad.parquet"), &opts, &Default::default())
+        shoal::ingest::ingest(&probe, &path("bad.parquet"), &opts, &Default::default())
             .is_err_and(|e| e.to_string().contains("the decoder failed"))
     });
     assert!(

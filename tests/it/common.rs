@@ -56,10 +56,10 @@ pub fn make_rows(rng: &mut rand::rngs::StdRng, first_id: i64, n: usize, dim: usi
 
 pub fn schema(dim: usize, metric: Metric) -> Schema {
     Schema::new(vec![
-        ("emb".into(), ColumnType::Vector { dim, metric }),
-        ("category".into(), ColumnType::Utf8),
-        ("len".into(), ColumnType::Int64),
-        ("flag".into(), ColumnType::Bool),
+        ("emb", ColumnType::Vector { dim, metric }),
+        ("category", ColumnType::Utf8),
+        ("len", ColumnType::Int64),
+        ("flag", ColumnType::Bool),
     ])
     .unwrap()
 }
@@ -285,4 +285,27 @@ pub fn with_inserted(bytes: &[u8], at: usize, count: usize, fill: u8) -> Vec<u8>
     let mut out = bytes.to_vec();
     out.splice(at..at, std::iter::repeat_n(fill, count));
     out
+}
+
+/// Mutable access to a query's own parameters, for tests that set one
+/// field of a [`shoal::Query`] or of a [`shoal::BatchQuery`] whose queries
+/// all share their parameters.
+pub trait OwnMut {
+    /// The parameters every query of this request uses.
+    fn own_mut(&mut self) -> &mut shoal::PerQueryParams;
+}
+
+impl OwnMut for shoal::Query {
+    fn own_mut(&mut self) -> &mut shoal::PerQueryParams {
+        &mut self.own
+    }
+}
+
+impl OwnMut for shoal::BatchQuery {
+    fn own_mut(&mut self) -> &mut shoal::PerQueryParams {
+        match &mut self.own {
+            shoal::PerQuery::All(own) => own,
+            shoal::PerQuery::Each(_) => panic!("own_mut on a batch with per-query parameters"),
+        }
+    }
 }

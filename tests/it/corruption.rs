@@ -6,9 +6,9 @@
 
 use crate::common::*;
 use rand::{Rng, SeedableRng};
-use shoal::index::{IndexKind, IndexParams};
-use shoal::query::SearchMode;
+use shoal::SearchMode;
 use shoal::{Dataset, Error, Metric, Query};
+use shoal::{IndexKind, IndexParams};
 use std::path::{Path, PathBuf};
 
 const DIM: usize = 8;
@@ -52,7 +52,8 @@ fn observe(root: &Path, queries: &[Vec<f32>]) -> Observed {
     for (name, shape) in searches {
         for q in queries {
             let answer = ds.search(&shape(Query::new(q.clone(), 7))).map(|r| {
-                let hits: Vec<(i64, u32)> = r.hits[0]
+                let hits: Vec<(i64, u32)> = r
+                    .hits
                     .iter()
                     .map(|h| (h.id, h.distance.to_bits()))
                     .collect();
@@ -67,7 +68,7 @@ fn observe(root: &Path, queries: &[Vec<f32>]) -> Observed {
 /// A dataset of three fragments with deletions and an index of `kind`.
 fn fixture(dir: &Path, kind: IndexKind) -> Vec<Vec<f32>> {
     let (mut ds, rows) = build(dir, &[300, 250, 200], DIM, Metric::L2, 11);
-    assert!(ds.delete("len = 3 OR id = 400").unwrap() > 0);
+    assert!(ds.delete("len = 3 OR id = 400").unwrap().rows > 0);
     ds.create_index(None, IndexParams::new(kind, PARTITIONS))
         .unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);

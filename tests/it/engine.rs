@@ -9,8 +9,8 @@
 use crate::common::*;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
-use shoal::index::{IndexKind, IndexParams};
 use shoal::{BlockingEngine, Config, DatasetHandle, Engine, Error, Metric, Query, SearchResponse};
+use shoal::{IndexKind, IndexParams};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -21,12 +21,8 @@ const DIM: usize = 16;
 /// IVF_FLAT segment, one unindexed, some deletions.
 fn make_data_dir(dir: &Path, seed: u64) -> Vec<Row> {
     let (mut ds, mut rows) = build(&dir.join("ds"), &[300, 200], DIM, Metric::L2, seed);
-    ds.create_index_with_progress(
-        None,
-        IndexParams::new(IndexKind::IvfFlat, 8),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 8))
+        .unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed + 1);
     let tail = make_rows(&mut rng, rows.len() as i64, 90, DIM);
     ds.append([Ok(batch_of(&tail, DIM))]).unwrap();
@@ -66,7 +62,7 @@ fn bits(hits: &[shoal::Hit]) -> Vec<(u64, u32)> {
 /// What `query` gets searched alone on the handle's snapshot of `version`.
 fn alone(handle: &DatasetHandle, query: &Query, version: u64) -> Vec<(u64, u32)> {
     let ds = handle.latest().checkout(version).unwrap();
-    bits(&ds.search(query).unwrap().hits[0])
+    bits(&ds.search(query).unwrap().hits)
 }
 
 /// Waits (yielding) until the coalescer holds `n` searches; fails after
@@ -100,14 +96,16 @@ async fn concurrent_callers_share_one_batch_and_each_gets_its_own_rows() {
     for i in 0..24 {
         let ds = ds.clone();
         let q = query(rows, i * 17, 1 + i % 9).offset(i % 3);
-        tasks.push(tokio::spawn(async move { (q.clone(), ds.search(q).await) }));
+        tasks.push(tokio::spawn(
+            async move { (q.clone(), ds.search(&q).await) },
+        ));
     }
     let mut batch_ids = std::collections::HashSet::new();
     for task in tasks {
         let (q, response) = task.await.unwrap();
         let response = response.unwrap();
         assert_eq!(response.batch.size, 24);
-        assert_eq!(response.batch.mode, "shared_scan");
+        assert_eq!(response.batch.mode, shoal::SearchMode::Shared);
         batch_ids.insert(response.batch.id);
         assert_eq!(bits(&response.hits), alone(&ds, &q, response.version));
     }
@@ -134,15 +132,17 @@ async fn callers_with_sixteen_different_filters_share_one_batch() {
         if i % 7 == 0 {
             q = q.refine_factor(2).select(["len"]);
         }
-        tasks.push(tokio::spawn(async move { (q.clone(), ds.search(q).await) }));
+        tasks.push(tokio::spawn(
+            async move { (q.clone(), ds.search(&q).await) },
+        ));
     }
     for task in tasks {
         let (q, response) = task.await.unwrap();
         let response = response.unwrap();
         assert_eq!(response.batch.size, 32, "one batch for every filter");
-        assert_eq!(response.batch.mode, "shared_scan");
+        assert_eq!(response.batch.mode, shoal::SearchMode::Shared);
         assert_eq!(bits(&response.hits), alone(&ds, &q, response.version));
-        assert_eq!(response.projection, q.projection);
+        assert_eq!(response.projection, q.own.projection);
     }
     let stats = engine.stats();
     assert_eq!(stats.batches, 1);
@@ -184,7 +184,7 @@ async fn a_failure_one_caller_causes_is_not_the_batch_mates() {
     let ds = engine.dataset("ds").await.unwrap();
     let clean = query(&rows, 5, 1).nprobes(8);
     let filtered = query(&rows, 5, 5).nprobes(8).filter("len < 100");
-    let (a, b) = tokio::join!(ds.search(clean.clone()), ds.search(filtered));
+    let (a, b) = tokio::join!(ds.search(&clean), ds.search(&filtered));
     let a = a.unwrap();
     assert_eq!(bits(&a.hits), alone(&ds, &clean, a.version));
     assert_eq!(
@@ -260,7 +260,7 @@ proptest! {
                     q = q.refine_factor(rng.random_range(1..4));
                 }
                 let ds = ds.clone();
-                tasks.push(tokio::spawn(async move { (q.clone(), ds.search(q).await) }));
+                tasks.push(tokio::spawn(async move { (q.clone(), ds.search(&q).await) }));
             }
             for task in tasks {
                 let (q, response) = task.await.unwrap();
@@ -270,7 +270,7 @@ proptest! {
                 let single = ds.latest().search(&q).unwrap();
                 assert_eq!(response.projection, single.projection);
                 let values: Vec<_> = response.hits.iter().map(|h| h.values.clone()).collect();
-                let expected: Vec<_> = single.hits[0].iter().map(|h| h.values.clone()).collect();
+                let expected: Vec<_> = single.hits.iter().map(|h| h.values.clone()).collect();
                 assert_eq!(values, expected);
             }
             let stats = engine.stats();
@@ -287,7 +287,7 @@ async fn a_lone_caller_does_not_wait_for_the_window_when_the_scanner_is_idle() {
     let (dir, rows) = shared_dir();
     let engine = Engine::start(config(5_000_000, 64, true), dir.path()).unwrap();
     let ds = engine.dataset("ds").await.unwrap();
-    let response = ds.search(query(rows, 3, 5)).await.unwrap();
+    let response = ds.search(&query(rows, 3, 5)).await.unwrap();
     // The clock is paused: waiting out the window would show as 5 s exactly.
     assert_eq!(response.batch.queue_wait_us, 0);
     assert_eq!(response.batch.size, 1);
@@ -304,7 +304,7 @@ async fn without_idle_flush_a_group_leaves_when_its_oldest_search_has_waited_the
     let a = tokio::spawn({
         let ds = ds.clone();
         let q = query(rows, 1, 3);
-        async move { ds.search(q).await }
+        async move { ds.search(&q).await }
     });
     until_pending(&engine, 1).await;
     tokio::time::advance(Duration::from_millis(7)).await;
@@ -312,13 +312,13 @@ async fn without_idle_flush_a_group_leaves_when_its_oldest_search_has_waited_the
     let b = tokio::spawn({
         let ds = ds.clone();
         let q = query(rows, 2, 3).filter("len < 5");
-        async move { ds.search(q).await }
+        async move { ds.search(&q).await }
     });
     // ...but another mode is a different group with its own window.
     let c = tokio::spawn({
         let ds = ds.clone();
         let q = query(rows, 2, 3).mode(shoal::SearchMode::Exact);
-        async move { ds.search(q).await }
+        async move { ds.search(&q).await }
     });
     let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
     let c = c.await.unwrap().unwrap();
@@ -344,15 +344,15 @@ async fn a_full_queue_rejects_at_once_and_a_passed_deadline_is_reported() {
     let first = tokio::spawn({
         let ds = ds.clone();
         let q = query(rows, 1, 3);
-        async move { ds.search(q).await }
+        async move { ds.search(&q).await }
     });
     let late = tokio::spawn({
         let ds = ds.clone();
         let q = query(rows, 2, 3);
-        async move { ds.search_with_deadline(q, Duration::from_millis(4)).await }
+        async move { ds.search(&q.timeout(Duration::from_millis(4))).await }
     });
     until_pending(&engine, 2).await;
-    let rejected = ds.search(query(rows, 5, 3)).await.unwrap_err();
+    let rejected = ds.search(&query(rows, 5, 3)).await.unwrap_err();
     assert!(matches!(rejected, Error::Overloaded(_)), "{rejected}");
     assert_eq!(rejected.kind(), shoal::ErrorKind::Overloaded);
     // The 4 ms deadline passes before the 10 ms window ends.
@@ -381,7 +381,7 @@ async fn bad_input_is_rejected_alone_and_never_fails_the_batch_it_would_have_joi
         .map(|i| {
             let ds = ds.clone();
             let q = query(rows, 40 + i, 4);
-            tokio::spawn(async move { (q.clone(), ds.search(q).await) })
+            tokio::spawn(async move { (q.clone(), ds.search(&q).await) })
         })
         .collect();
     until_pending(&engine, 3).await;
@@ -409,7 +409,7 @@ async fn bad_input_is_rejected_alone_and_never_fails_the_batch_it_would_have_joi
         }),
     ];
     for (q, expected) in bad {
-        let err = ds.search(q.clone()).await.unwrap_err();
+        let err = ds.search(&q.clone()).await.unwrap_err();
         assert!(expected(&err), "{q:?}: {err}");
     }
     assert_eq!(engine.stats().pending, 3, "nothing bad joined the queue");
@@ -433,7 +433,7 @@ async fn a_queued_search_keeps_the_version_it_resolved_and_a_later_one_sees_the_
     let queued = tokio::spawn({
         let ds = ds.clone();
         let q = Query::new(target.clone(), 8);
-        async move { ds.search(q).await }
+        async move { ds.search(&q).await }
     });
     until_pending(&engine, 1).await;
     // Append exact copies of the target: they would be its nearest rows.
@@ -447,9 +447,12 @@ async fn a_queued_search_keeps_the_version_it_resolved_and_a_later_one_sees_the_
             deleted: false,
         })
         .collect();
-    assert_eq!(ds.append(vec![batch_of(&copies, DIM)]).await.unwrap(), 3);
+    assert_eq!(
+        ds.append(vec![batch_of(&copies, DIM)]).await.unwrap().rows,
+        3
+    );
     assert_eq!(ds.version(), before + 1);
-    let after = ds.search(Query::new(target.clone(), 8)).await.unwrap();
+    let after = ds.search(&Query::new(target.clone(), 8)).await.unwrap();
     let queued = queued.await.unwrap().unwrap();
     assert_eq!(queued.version, before);
     assert_eq!(after.version, before + 1);
@@ -464,9 +467,9 @@ async fn a_queued_search_keeps_the_version_it_resolved_and_a_later_one_sees_the_
     assert_eq!(new_rows(&queued), 0, "queued before the append");
     assert_eq!(new_rows(&after), 3, "the copies are at distance 0");
     // Deletes and index builds go through the handle too.
-    assert_eq!(ds.delete("id >= 10000").await.unwrap(), 3);
+    assert_eq!(ds.delete("id >= 10000").await.unwrap().rows, 3);
     let gone = ds
-        .search(Query::new(rows[10].vector.clone(), 8))
+        .search(&Query::new(rows[10].vector.clone(), 8))
         .await
         .unwrap();
     assert!(gone.hits.iter().all(|h| h.id < 10_000));
@@ -492,7 +495,7 @@ async fn callers_that_leave_at_random_points_release_everything_and_the_engine_s
         let patience = Duration::from_micros(rng.random_range(0..3_000));
         let abort = rng.random_bool(0.3);
         let task = tokio::spawn(async move {
-            let _ = tokio::time::timeout(patience, ds.search(q)).await;
+            let _ = tokio::time::timeout(patience, ds.search(&q)).await;
         });
         if abort {
             task.abort();
@@ -504,7 +507,7 @@ async fn callers_that_leave_at_random_points_release_everything_and_the_engine_s
     }
     // Still serving, with correct rows.
     let q = query(rows, 77, 6);
-    let response = ds.search(q.clone()).await.unwrap();
+    let response = ds.search(&q.clone()).await.unwrap();
     assert_eq!(bits(&response.hits), alone(&ds, &q, response.version));
     engine.shutdown().await;
     let stats = engine.stats();
@@ -522,7 +525,7 @@ async fn shutdown_answers_every_search_in_flight_and_refuses_new_ones() {
         .map(|i| {
             let ds = ds.clone();
             let q = query(rows, i * 3, 5);
-            tokio::spawn(async move { (q.clone(), ds.search(q).await) })
+            tokio::spawn(async move { (q.clone(), ds.search(&q).await) })
         })
         .collect();
     tokio::task::yield_now().await;
@@ -541,7 +544,7 @@ async fn shutdown_answers_every_search_in_flight_and_refuses_new_ones() {
     }
     assert!(answered <= 100);
     assert!(matches!(
-        ds.search(query(rows, 0, 3)).await,
+        ds.search(&query(rows, 0, 3)).await,
         Err(Error::ShuttingDown)
     ));
     assert!(matches!(
@@ -559,14 +562,14 @@ async fn explicit_batches_run_at_once_and_match_the_dataset() {
     let ds = engine.dataset("ds").await.unwrap();
     let vectors: Vec<Vec<f32>> = rows.iter().step_by(29).map(|r| r.vector.clone()).collect();
     let batch = shoal::BatchQuery::new(vectors, 7).filter("len < 20");
-    let (results, profile) = ds.explain(batch.clone()).await.unwrap();
-    assert_eq!(profile.mode, "shared_scan");
+    let (results, profile) = ds.explain(&batch).await.unwrap();
+    assert_eq!(profile.mode, shoal::SearchMode::Shared);
     let direct = ds.latest().search_batch(&batch).unwrap();
     for (a, b) in results.hits.iter().zip(&direct.hits) {
         assert_eq!(bits(a), bits(b));
     }
     assert_eq!(
-        ds.search_batch(shoal::BatchQuery::new(vec![vec![1.0; 3]], 7))
+        ds.search_batch(&shoal::BatchQuery::new(vec![vec![1.0; 3]], 7))
             .await
             .unwrap_err()
             .kind(),
@@ -596,7 +599,7 @@ fn the_blocking_wrapper_serves_callers_without_a_runtime() {
                 let ds = &ds;
                 s.spawn(move || {
                     let q = query(rows, i * 11, 4);
-                    (q.clone(), ds.search(q).unwrap())
+                    (q.clone(), ds.search(&q).unwrap())
                 })
             })
             .collect();

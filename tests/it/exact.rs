@@ -1,9 +1,10 @@
 //! Exact search against brute force, and batch invariance.
 
+use crate::common::OwnMut;
 use crate::common::*;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
-use shoal::query::PerQuery;
+use shoal::PerQuery;
 use shoal::{BatchQuery, Dataset, FilterMode, Metric, Query};
 use std::sync::OnceLock;
 
@@ -34,7 +35,7 @@ fn exact_search_equals_float64_brute_force() {
         let dim = 19;
         let (mut ds, mut rows) = build(dir.path(), &[300, 1, 517, 40], dim, metric, 5);
         // Deletions: a filter, recorded in the reference too.
-        let n = ds.delete("len = 7 OR id = 300").unwrap();
+        let n = ds.delete("len = 7 OR id = 300").unwrap().rows;
         let mut expected = 0;
         for r in rows.iter_mut() {
             if r.len == Some(7) || r.id == 300 {
@@ -55,7 +56,7 @@ fn exact_search_equals_float64_brute_force() {
             for &(k, offset) in &[(1usize, 0usize), (10, 0), (10, 5), (2000, 0), (3, 850)] {
                 let mut b = BatchQuery::new(queries.clone(), k);
                 b.offset = PerQuery::All(offset);
-                b.filter = sql.map(String::from);
+                b.own_mut().filter = sql.map(String::from);
                 let res = ds.search_batch(&b).unwrap();
                 for (qi, q) in queries.iter().enumerate() {
                     let reference = brute_force(&rows, metric, q, k, offset, keep.as_ref());
@@ -81,8 +82,8 @@ fn postfilter_filters_after_the_search() {
     let (ds, rows) = build(dir.path(), &[400], 8, Metric::L2, 21);
     let q = rows[3].vector.clone();
     let mut query = Query::new(q.clone(), 20);
-    query.filter = Some("category = 'noun'".into());
-    query.filter_mode = FilterMode::Postfilter;
+    query.own_mut().filter = Some("category = 'noun'".into());
+    query.own_mut().filter_mode = FilterMode::Postfilter;
     let post = ds.search(&query).unwrap();
     let unfiltered = brute_force(&rows, Metric::L2, &q, 20, 0, &|_| true);
     let allowed: Vec<i64> = unfiltered
@@ -90,16 +91,16 @@ fn postfilter_filters_after_the_search() {
         .filter(|(id, _)| rows[*id as usize].category.as_deref() == Some("noun"))
         .map(|(id, _)| *id)
         .collect();
-    let got: Vec<i64> = post.hits[0].iter().map(|h| h.id).collect();
+    let got: Vec<i64> = post.hits.iter().map(|h| h.id).collect();
     // Near-ties at the 20th place could swap; compare sets of the top rows.
     assert!(
         got.len() < 20,
         "postfilter over 4 categories should return fewer than k"
     );
     assert_eq!(got.len(), allowed.len());
-    query.filter_mode = FilterMode::Prefilter;
+    query.own_mut().filter_mode = FilterMode::Prefilter;
     let pre = ds.search(&query).unwrap();
-    assert_eq!(pre.hits[0].len(), 20);
+    assert_eq!(pre.hits.len(), 20);
 }
 
 #[test]
@@ -107,9 +108,9 @@ fn projection_returns_the_rows_values() {
     let dir = tempfile::tempdir().unwrap();
     let (ds, rows) = build(dir.path(), &[50, 50], 4, Metric::L2, 2);
     let mut q = Query::new(rows[60].vector.clone(), 3);
-    q.projection = vec!["category".into(), "len".into(), "flag".into(), "emb".into()];
+    q.own_mut().projection = vec!["category".into(), "len".into(), "flag".into(), "emb".into()];
     let res = ds.search(&q).unwrap();
-    for h in &res.hits[0] {
+    for h in &res.hits {
         let r = &rows[h.id as usize];
         let expect_cat = r
             .category
@@ -176,15 +177,15 @@ proptest! {
         let mut batch = BatchQuery::new(vectors.clone(), 1);
         batch.k = PerQuery::Each(ks.clone());
         batch.offset = PerQuery::Each(offsets.clone());
-        batch.filter = filter.clone();
+        batch.own_mut().filter = filter.clone();
         let together = f.ds.search_batch(&batch).unwrap();
         prop_assert_eq!(together.hits.len(), size);
         for i in 0..size {
             let mut q = Query::new(vectors[i].clone(), ks[i]);
             q.offset = offsets[i];
-            q.filter = filter.clone();
+            q.own_mut().filter = filter.clone();
             let alone = f.ds.search(&q).unwrap();
-            let a: Vec<(u64, u32)> = alone.hits[0].iter().map(|h| (h.row_id, h.distance.to_bits())).collect();
+            let a: Vec<(u64, u32)> = alone.hits.iter().map(|h| (h.row_id, h.distance.to_bits())).collect();
             let b: Vec<(u64, u32)> = together.hits[i].iter().map(|h| (h.row_id, h.distance.to_bits())).collect();
             prop_assert_eq!(a, b, "query {} of {}", i, size);
         }

@@ -5,12 +5,13 @@
 //! ingest is a user error and leaves the dataset as it was, or absent when
 //! it was the first ingest.
 
+use crate::common::OwnMut;
 use crate::common::{build, vector_tag_batch, write_parquet, Row, CATS};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config as RunnerConfig, TestCaseError, TestRunner};
-use shoal::db::ingest::ingest;
-use shoal::storage::ingest::{write_fvecs, IngestOptions};
+use shoal::ingest::ingest;
+use shoal::ingest::{write_fvecs, IngestOptions};
 use shoal::{Config, Dataset, Metric, Query};
 use std::path::Path;
 
@@ -80,10 +81,7 @@ fn apply(valid: &[u8], hostile: &Hostile) -> Vec<u8> {
 }
 
 fn quiet() -> IngestOptions {
-    IngestOptions {
-        progress: false,
-        ..IngestOptions::default()
-    }
+    IngestOptions::default()
 }
 
 /// `(version, rows)` of the dataset at `dir`, `None` when there is none.
@@ -346,7 +344,7 @@ fn random_filters_are_answered_or_rejected_never_a_panic() {
     runner(256)
         .run(&filter_text(), |sql| {
             let mut q = Query::new(vec![1.0, 0.5, -0.5, 0.0], 5);
-            q.filter = Some(sql.clone());
+            q.own_mut().filter = Some(sql.clone());
             if let Err(e) = ds.search(&q) {
                 prop_assert!(e.is_user_error(), "{:?}: {}", sql, e);
             }
@@ -462,12 +460,9 @@ fn random_filters_select_the_rows_three_valued_logic_selects() {
                 .collect();
             prop_assert_eq!(&matching(&ds, &sql), &want, "{}", sql);
             let mut q = Query::new(vec![1.0, 0.5, -0.5, 0.0], 1000);
-            q.filter = Some(sql.clone());
-            q.filter_mode = shoal::FilterMode::Postfilter;
-            let mut post: Vec<i64> = ds.search(&q).unwrap().hits[0]
-                .iter()
-                .map(|h| h.id)
-                .collect();
+            q.own_mut().filter = Some(sql.clone());
+            q.own_mut().filter_mode = shoal::FilterMode::Postfilter;
+            let mut post: Vec<i64> = ds.search(&q).unwrap().hits.iter().map(|h| h.id).collect();
             post.sort();
             prop_assert_eq!(&post, &want, "postfilter {}", sql);
             Ok(())
@@ -478,11 +473,8 @@ fn random_filters_select_the_rows_three_valued_logic_selects() {
 /// Ids of all rows matching `filter`, sorted.
 fn matching(ds: &Dataset, filter: &str) -> Vec<i64> {
     let mut q = Query::new(vec![1.0, 0.5, -0.5, 0.0], 1000);
-    q.filter = Some(filter.into());
-    let mut ids: Vec<i64> = ds.search(&q).unwrap().hits[0]
-        .iter()
-        .map(|h| h.id)
-        .collect();
+    q.own_mut().filter = Some(filter.into());
+    let mut ids: Vec<i64> = ds.search(&q).unwrap().hits.iter().map(|h| h.id).collect();
     ids.sort();
     ids
 }
@@ -516,7 +508,7 @@ fn filter_chains_of_100k_terms_search_on_a_2_mib_stack() {
             // A long chain ending in garbage is an error, not a crash.
             let bad = vec!["len = 1"; 100_000].join(" AND ") + " AND";
             let mut q = Query::new(vec![1.0, 0.5, -0.5, 0.0], 5);
-            q.filter = Some(bad);
+            q.own_mut().filter = Some(bad);
             assert!(matches!(ds.search(&q), Err(shoal::Error::Filter { .. })));
         })
         .unwrap()

@@ -3,8 +3,8 @@
 //! bad requests get a 4xx JSON error and change nothing, shutdown is clean.
 
 use crate::common::*;
-use shoal::index::{IndexKind, IndexParams};
 use shoal::{Config, Engine, Metric, Query};
+use shoal::{IndexKind, IndexParams};
 use std::path::{Path, PathBuf};
 use tokio::sync::oneshot;
 
@@ -93,19 +93,15 @@ fn data_dir() -> (tempfile::TempDir, PathBuf, Vec<Row>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ds");
     let (mut ds, rows) = build(&path, &[300, 200], DIM, Metric::L2, 9);
-    ds.create_index_with_progress(
-        None,
-        IndexParams::new(IndexKind::IvfFlat, 8),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 8))
+        .unwrap();
     let root = dir.path().to_path_buf();
     (dir, root, rows)
 }
 
 /// (id, distance) pairs of an in-process answer's first query.
-fn pairs(results: &shoal::SearchResults) -> Vec<(i64, f32)> {
-    results.hits[0].iter().map(|h| (h.id, h.distance)).collect()
+fn pairs(response: &shoal::SearchResponse) -> Vec<(i64, f32)> {
+    response.hits.iter().map(|h| (h.id, h.distance)).collect()
 }
 
 fn json_vector(v: &[f32]) -> String {
@@ -893,12 +889,8 @@ fn chromium() -> Option<PathBuf> {
 fn demo_dir() -> tempfile::TempDir {
     let dir = seeded_dir("demo", 2_000, 32, 16, 42);
     let mut ds = shoal::Dataset::open(dir.path().join("demo")).unwrap();
-    ds.create_index_with_progress(
-        None,
-        IndexParams::new(IndexKind::IvfFlat, 16),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 16))
+        .unwrap();
     dir
 }
 
@@ -990,7 +982,8 @@ fn the_console_runs_a_search_in_headless_chromium() {
         other => panic!("{other:?}"),
     };
     let expected = ds.search(&Query::new(vector, 8)).unwrap();
-    let ids: Vec<String> = expected.hits[0]
+    let ids: Vec<String> = expected
+        .hits
         .iter()
         .map(|h| format!(r#"data-id="{}""#, h.id))
         .collect();

@@ -1,12 +1,13 @@
 //! Ingest of every supported format, and malformed files.
 
+use crate::common::OwnMut;
 use crate::common::{first_data_page, vector_tag_batch, with_inserted, write_parquet};
 use arrow_array::{
     ArrayRef, FixedSizeListArray, Float32Array, Int32Array, ListArray, RecordBatch, StringArray,
 };
 use arrow_schema::{DataType, Field};
-use shoal::db::ingest::ingest;
-use shoal::storage::ingest::{write_fvecs, IngestOptions};
+use shoal::ingest::ingest;
+use shoal::ingest::{write_fvecs, IngestOptions};
 use shoal::{ColumnType, Config, Dataset, Error, Metric, Query, ScalarValue};
 use std::path::Path;
 use std::sync::Arc;
@@ -29,10 +30,7 @@ fn vectors(n: usize, dim: usize) -> Vec<Vec<f32>> {
 }
 
 fn quiet() -> IngestOptions {
-    IngestOptions {
-        progress: false,
-        ..IngestOptions::default()
-    }
+    IngestOptions::default()
 }
 
 /// The magic, version and padded header of a version 1.0 `.npy` file.
@@ -97,9 +95,9 @@ fn fvecs_with_meta_gets_row_position_ids_and_columns() {
     assert_eq!(ds.schema().column("len").unwrap().ty, ColumnType::Int64);
     assert_eq!(ds.schema().column("score").unwrap().ty, ColumnType::Float64);
     let mut q = Query::new(rows[321].clone(), 1);
-    q.projection = vec!["word".into(), "len".into()];
-    q.filter = Some("word = 'w321'".into());
-    let hit = &ds.search(&q).unwrap().hits[0][0];
+    q.own_mut().projection = vec!["word".into(), "len".into()];
+    q.own_mut().filter = Some("word = 'w321'".into());
+    let hit = &ds.search(&q).unwrap().hits[0];
     assert_eq!(hit.id, 321);
     assert_eq!(
         hit.values,
@@ -114,8 +112,8 @@ fn fvecs_with_meta_gets_row_position_ids_and_columns() {
     let ds = Dataset::open(dir.path().join("ds")).unwrap();
     assert_eq!(ds.count_rows(), 2000);
     let mut q = Query::new(rows[5].clone(), 2);
-    q.filter = Some("id >= 1000".into());
-    assert_eq!(ds.search(&q).unwrap().hits[0][0].id, 1005);
+    q.own_mut().filter = Some("id >= 1000".into());
+    assert_eq!(ds.search(&q).unwrap().hits[0].id, 1005);
 }
 
 #[test]
@@ -129,7 +127,7 @@ fn npy_parquet_and_jsonl_ingest() {
     let ds = Dataset::open(dir.path().join("npy")).unwrap();
     assert_eq!(ds.count_rows(), 200);
     assert_eq!(
-        ds.search(&Query::new(rows[42].clone(), 1)).unwrap().hits[0][0].id,
+        ds.search(&Query::new(rows[42].clone(), 1)).unwrap().hits[0].id,
         42
     );
     // parquet, List<Float32> and FixedSizeList<Float32> columns
@@ -167,8 +165,8 @@ fn npy_parquet_and_jsonl_ingest() {
         let ds = Dataset::open(&target).unwrap();
         assert_eq!(ds.schema().column("n").unwrap().ty, ColumnType::Int64);
         let mut q = Query::new(rows[7].clone(), 1);
-        q.filter = Some("tag = 't1' AND n < 10".into());
-        assert_eq!(ds.search(&q).unwrap().hits[0][0].id, 7);
+        q.own_mut().filter = Some("tag = 't1' AND n < 10".into());
+        assert_eq!(ds.search(&q).unwrap().hits[0].id, 7);
     }
     // jsonl
     let jl = dir.path().join("rows.jsonl");
@@ -183,9 +181,9 @@ fn npy_parquet_and_jsonl_ingest() {
     ingest(&dir.path().join("jl"), &jl, &quiet(), &Config::default()).unwrap();
     let ds = Dataset::open(dir.path().join("jl")).unwrap();
     let mut q = Query::new(rows[9].clone(), 1);
-    q.column = Some("emb".into());
-    q.filter = Some("NOT ok".into());
-    assert_eq!(ds.search(&q).unwrap().hits[0][0].id, 1009);
+    q.shared.column = Some("emb".into());
+    q.own_mut().filter = Some("NOT ok".into());
+    assert_eq!(ds.search(&q).unwrap().hits[0].id, 1009);
 }
 
 fn expect_malformed(path: &Path, needle: &str) {
@@ -348,7 +346,7 @@ fn a_metric_that_disagrees_with_the_dataset_is_an_error() {
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     assert!(
         err.to_string()
-            .contains("uses l2; --metric cosine disagrees"),
+            .contains("uses l2; the metric asked for, cosine, disagrees"),
         "{err}"
     );
     assert_eq!(Dataset::open(&target).unwrap().version(), before);
@@ -448,9 +446,9 @@ fn dictionary_encoded_parquet_columns_are_read() {
     for target in [&target, &other] {
         let ds = Dataset::open(target).unwrap();
         let mut q = Query::new(vec![0.0; 4], 200);
-        q.filter = Some("tag = 'verb' AND n = 3".into());
-        q.projection = vec!["tag".into(), "n".into()];
-        let hits = &ds.search(&q).unwrap().hits[0];
+        q.own_mut().filter = Some("tag = 'verb' AND n = 3".into());
+        q.own_mut().projection = vec!["tag".into(), "n".into()];
+        let hits = &ds.search(&q).unwrap().hits;
         // Rows i of the dictionary file with i % 4 == 1 and i % 5 == 3.
         let want: Vec<i64> = (0..100).filter(|i| i % 4 == 1 && i % 5 == 3).collect();
         let first = if target == &other { 10 } else { 0 };

@@ -1,18 +1,15 @@
 //! IVF indexes: exactness at full probe, recall floors, delta segments,
 //! adaptive probing, refine, bad parameters, corruption.
 
+use crate::common::OwnMut;
 use crate::common::*;
 use rand::SeedableRng;
 use shoal::demo::{clustered_vectors, demo_batch, demo_schema};
-use shoal::index::{IndexKind, IndexParams};
 use shoal::internals::{build_segment, IndexView, LoadedSegment, ValidatedBatch};
-use shoal::query::{Nprobes, PerQuery, SearchMode};
 use shoal::{BatchQuery, Config, Dataset, Error, Metric, Query};
+use shoal::{IndexKind, IndexParams};
+use shoal::{Nprobes, PerQuery, SearchMode};
 use std::sync::Arc;
-
-fn quiet() -> impl FnMut(&str, usize, usize) {
-    |_: &str, _: usize, _: usize| {}
-}
 
 fn hits(ds: &Dataset, b: &BatchQuery) -> Vec<Vec<(u64, u32)>> {
     ds.search_batch(b)
@@ -41,17 +38,17 @@ fn ivf_flat_probing_every_partition_equals_exact_search() {
         let dir = tempfile::tempdir().unwrap();
         let (mut ds, rows) = build(dir.path(), &[400, 250, 90], 12, metric, 11);
         ds.delete("len = 4").unwrap();
-        ds.create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 16), &mut quiet())
+        ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 16))
             .unwrap();
         let qs = queries(&rows, 30);
         for filter in [None, Some("category = 'noun' OR len > 20")] {
             let mut exact = BatchQuery::new(qs.clone(), 15);
-            exact.filter = filter.map(String::from);
+            exact.own_mut().filter = filter.map(String::from);
             exact.offset = PerQuery::All(2);
-            exact.mode = SearchMode::Exact;
+            exact.shared.mode = SearchMode::Exact;
             let mut ann = exact.clone();
-            ann.mode = SearchMode::PerQuery;
-            ann.options.nprobes = Nprobes::Fixed(16);
+            ann.shared.mode = SearchMode::PerQuery;
+            ann.own_mut().nprobes = Nprobes::Fixed(16);
             assert_eq!(hits(&ds, &ann), hits(&ds, &exact), "{metric} {filter:?}");
         }
     }
@@ -75,12 +72,12 @@ fn clustered_dataset(dir: &std::path::Path, metric: Metric) -> (Dataset, Vec<Vec
 
 fn recall(ds: &Dataset, qs: &[Vec<f32>], nprobes: usize, refine: Option<usize>) -> f64 {
     let mut exact = BatchQuery::new(qs.to_vec(), 10);
-    exact.mode = SearchMode::Exact;
+    exact.shared.mode = SearchMode::Exact;
     let truth = ds.search_batch(&exact).unwrap();
     let mut ann = BatchQuery::new(qs.to_vec(), 10);
-    ann.mode = SearchMode::PerQuery;
-    ann.options.nprobes = Nprobes::Fixed(nprobes);
-    ann.options.refine_factor = refine;
+    ann.shared.mode = SearchMode::PerQuery;
+    ann.own_mut().nprobes = Nprobes::Fixed(nprobes);
+    ann.own_mut().refine_factor = refine;
     let got = ds.search_batch(&ann).unwrap();
     let mut hit = 0;
     for (t, g) in truth.hits.iter().zip(&got.hits) {
@@ -112,8 +109,7 @@ fn recall_floors_per_index_type_metric_and_nprobes() {
         let (mut ds, qs) = clustered_dataset(dir.path(), metric);
         for (kind, nprobes, floors) in cases {
             let floor = floors[mi];
-            ds.create_index_with_progress(None, IndexParams::new(kind, 32), &mut quiet())
-                .unwrap();
+            ds.create_index(None, IndexParams::new(kind, 32)).unwrap();
             let r = recall(&ds, &qs, nprobes, None);
             assert!(
                 r >= floor,
@@ -135,14 +131,13 @@ fn recall_floors_per_index_type_metric_and_nprobes() {
 fn refine_reranks_with_exact_distances() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, qs) = clustered_dataset(dir.path(), Metric::L2);
-    ds.create_index_with_progress(
+    ds.create_index(
         None,
         IndexParams::new(IndexKind::IvfPq { sub_vectors: 4 }, 16),
-        &mut quiet(),
     )
     .unwrap();
     let mut exact = BatchQuery::new(qs[..20].to_vec(), 5);
-    exact.mode = SearchMode::Exact;
+    exact.shared.mode = SearchMode::Exact;
     let truth = ds.search_batch(&exact).unwrap();
     let exact_of: std::collections::HashMap<u64, u32> = {
         // Exact distances of every row these queries could return.
@@ -158,8 +153,8 @@ fn refine_reranks_with_exact_distances() {
     };
     for refine in [1usize, 4] {
         let mut ann = BatchQuery::new(qs[..20].to_vec(), 5);
-        ann.options.refine_factor = Some(refine);
-        ann.options.nprobes = Nprobes::Fixed(16);
+        ann.own_mut().refine_factor = Some(refine);
+        ann.own_mut().nprobes = Nprobes::Fixed(16);
         let got = ds.search_batch(&ann).unwrap();
         for (qi, hs) in got.hits.iter().enumerate() {
             for h in hs {
@@ -188,19 +183,18 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let (mut ds, rows) = build(dir.path(), &[600], 16, Metric::L2, 3);
-        ds.create_index_with_progress(None, IndexParams::new(kind, 8), &mut quiet())
-            .unwrap();
+        ds.create_index(None, IndexParams::new(kind, 8)).unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(4);
         let more = make_rows(&mut rng, 600, 300, 16);
         ds.append([Ok(batch_of(&more, 16))]).unwrap();
         let qs = queries(&rows, 25);
         let mut b = BatchQuery::new(qs.clone(), 12);
-        b.options.nprobes = Nprobes::Fixed(3);
-        b.mode = SearchMode::PerQuery;
+        b.own_mut().nprobes = Nprobes::Fixed(3);
+        b.shared.mode = SearchMode::PerQuery;
         // Before optimize the new fragment is scanned exactly; with
         // fast_search it is skipped.
         let mut fast = b.clone();
-        fast.options.fast_search = true;
+        fast.shared.fast_search = true;
         assert!(ds
             .search_batch(&fast)
             .unwrap()
@@ -208,14 +202,14 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
             .iter()
             .flatten()
             .all(|h| h.id < 600));
-        let built = ds.optimize(&mut quiet()).unwrap();
+        let built = ds.optimize().unwrap().segments;
         assert_eq!(built.len(), 1);
         assert_eq!(built[0].fragments, vec![1]);
         assert!(
-            ds.optimize(&mut quiet()).unwrap().is_empty(),
+            ds.optimize().unwrap().segments.is_empty(),
             "nothing left to index"
         );
-        assert_eq!(ds.delete("id < 100").unwrap(), 100);
+        assert_eq!(ds.delete("id < 100").unwrap().rows, 100);
         let after = hits(&ds, &b);
         // A fresh single segment over both fragments with the same model.
         let base = ds
@@ -233,7 +227,7 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
             &base.meta.params,
             &fragments,
             Some((&base.model, &base.meta.id)),
-            &mut quiet(),
+            &mut |_: &str, _: usize, _: usize| {},
         )
         .unwrap();
         let fresh = Arc::new(LoadedSegment::open(ds.root(), &meta, 16).unwrap());
@@ -271,7 +265,7 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
 fn adaptive_probing_is_bounded_and_fills_k_under_selective_filters() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, qs) = clustered_dataset(dir.path(), Metric::L2);
-    ds.create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 32), &mut quiet())
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 32))
         .unwrap();
     // 1 row in 40 matches (150 of 6,000; the filter this test had before,
     // `len = 7 AND category = 'verb'`, matched none, so its check below
@@ -279,9 +273,9 @@ fn adaptive_probing_is_bounded_and_fills_k_under_selective_filters() {
     let filter = "len = 7";
     for max in [4usize, 12] {
         let mut adaptive = BatchQuery::new(qs[..30].to_vec(), 10);
-        adaptive.filter = Some(filter.into());
-        adaptive.options.nprobes = Nprobes::Adaptive { min: 2, max };
-        let (res, profile) = ds.search_batch_profiled(&adaptive).unwrap();
+        adaptive.own_mut().filter = Some(filter.into());
+        adaptive.own_mut().nprobes = Nprobes::Adaptive { min: 2, max };
+        let (res, profile) = ds.explain(&adaptive).unwrap();
         assert!(
             profile.pairs_probed <= (30 * max) as u64,
             "{}",
@@ -289,7 +283,7 @@ fn adaptive_probing_is_bounded_and_fills_k_under_selective_filters() {
         );
         assert!(profile.pairs_probed >= 30 * 2);
         let mut fixed = adaptive.clone();
-        fixed.options.nprobes = Nprobes::Fixed(max);
+        fixed.own_mut().nprobes = Nprobes::Fixed(max);
         let within_max = ds.search_batch(&fixed).unwrap();
         let mut full = 0;
         for (a, f) in res.hits.iter().zip(&within_max.hits) {
@@ -310,35 +304,25 @@ fn bad_index_parameters_and_options_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, rows) = build(dir.path(), &[100], 12, Metric::L2, 1);
     let v = ds.version();
-    let err = |r: Result<shoal::index::IndexSegmentMeta, Error>| r.unwrap_err().to_string();
-    assert!(err(ds.create_index_with_progress(
+    let err = |r: Result<shoal::Commit, Error>| r.unwrap_err().to_string();
+    assert!(
+        err(ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 0))).contains("at least 1")
+    );
+    assert!(
+        err(ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 101)))
+            .contains("101 partitions for 100 rows")
+    );
+    assert!(err(ds.create_index(
         None,
-        IndexParams::new(IndexKind::IvfFlat, 0),
-        &mut quiet()
-    ))
-    .contains("at least 1"));
-    assert!(err(ds.create_index_with_progress(
-        None,
-        IndexParams::new(IndexKind::IvfFlat, 101),
-        &mut quiet()
-    ))
-    .contains("101 partitions for 100 rows"));
-    assert!(err(ds.create_index_with_progress(
-        None,
-        IndexParams::new(IndexKind::IvfPq { sub_vectors: 5 }, 4),
-        &mut quiet()
+        IndexParams::new(IndexKind::IvfPq { sub_vectors: 5 }, 4)
     ))
     .contains("divide"));
     assert!(matches!(
-        ds.create_index_with_progress(
-            Some("len"),
-            IndexParams::new(IndexKind::IvfFlat, 4),
-            &mut quiet()
-        ),
+        ds.create_index(Some("len"), IndexParams::new(IndexKind::IvfFlat, 4)),
         Err(Error::WrongColumnType { .. })
     ));
     assert_eq!(ds.version(), v, "failed builds commit nothing");
-    ds.create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 4))
         .unwrap();
     let q = rows[0].vector.clone();
     let bad = |f: &dyn Fn(&mut Query)| {
@@ -346,16 +330,16 @@ fn bad_index_parameters_and_options_are_refused() {
         f(&mut query);
         ds.search(&query).unwrap_err().to_string()
     };
-    assert!(bad(&|q| q.options.nprobes = Nprobes::Fixed(0)).contains("nprobes"));
-    assert!(bad(&|q| q.options.nprobes = Nprobes::Adaptive { min: 5, max: 2 }).contains("min"));
-    assert!(bad(&|q| q.options.refine_factor = Some(0)).contains("refine"));
-    assert!(bad(&|q| q.metric = Some(Metric::Cosine)).contains("built for metric l2"));
+    assert!(bad(&|q| q.own_mut().nprobes = Nprobes::Fixed(0)).contains("nprobes"));
+    assert!(bad(&|q| q.own_mut().nprobes = Nprobes::Adaptive { min: 5, max: 2 }).contains("min"));
+    assert!(bad(&|q| q.own_mut().refine_factor = Some(0)).contains("refine"));
+    assert!(bad(&|q| q.shared.metric = Some(Metric::Cosine)).contains("built for metric l2"));
     // The same metric mismatch searched exactly is fine.
     let mut exact = Query::new(q.clone(), 5);
-    exact.metric = Some(Metric::Cosine);
-    exact.options.use_index = false;
-    let (_, profile) = ds.search_batch_profiled(&exact.into_batch()).unwrap();
-    assert_eq!(profile.mode, "exact");
+    exact.shared.metric = Some(Metric::Cosine);
+    exact.shared.use_index = false;
+    let (_, profile) = ds.explain(&exact.into_batch()).unwrap();
+    assert_eq!(profile.mode, SearchMode::Exact);
 }
 
 #[test]
@@ -363,12 +347,12 @@ fn a_corrupt_or_missing_partition_file_is_reported_never_scored() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, rows) = build(dir.path(), &[300], 8, Metric::L2, 1);
     let meta = ds
-        .create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
+        .create_index(None, IndexParams::new(IndexKind::IvfFlat, 4))
         .unwrap();
     let path = dir
         .path()
         .join("indices")
-        .join(&meta.id)
+        .join(&meta.segments[0].id)
         .join("partitions.bin");
     let mut bytes = std::fs::read(&path).unwrap();
     let n = bytes.len();
@@ -378,13 +362,19 @@ fn a_corrupt_or_missing_partition_file_is_reported_never_scored() {
     std::fs::write(&path, &bytes).unwrap();
     let reopened = Dataset::open(dir.path()).unwrap();
     let mut q = Query::new(rows[0].vector.clone(), 5);
-    q.options.nprobes = Nprobes::Fixed(4);
+    q.own_mut().nprobes = Nprobes::Fixed(4);
     let err = reopened.search(&q).unwrap_err();
     assert!(
         matches!(err, Error::Corrupt { .. }) && !err.is_user_error(),
         "{err}"
     );
-    std::fs::remove_file(dir.path().join("indices").join(&meta.id).join("model.bin")).unwrap();
+    std::fs::remove_file(
+        dir.path()
+            .join("indices")
+            .join(&meta.segments[0].id)
+            .join("model.bin"),
+    )
+    .unwrap();
     let err = Dataset::open(dir.path()).unwrap().search(&q).unwrap_err();
     assert!(err.to_string().contains("missing"), "{err}");
 }
@@ -393,7 +383,7 @@ fn a_corrupt_or_missing_partition_file_is_reported_never_scored() {
 fn a_cache_smaller_than_one_partition_still_answers_correctly() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, rows) = build(dir.path(), &[500], 8, Metric::L2, 2);
-    ds.create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 4))
         .unwrap();
     let tiny = Dataset::open_with_config(
         dir.path(),
@@ -401,21 +391,21 @@ fn a_cache_smaller_than_one_partition_still_answers_correctly() {
     )
     .unwrap();
     let mut b = BatchQuery::new(queries(&rows, 10), 7);
-    b.options.nprobes = Nprobes::Fixed(4);
+    b.own_mut().nprobes = Nprobes::Fixed(4);
     let mut exact = b.clone();
-    exact.mode = SearchMode::Exact;
+    exact.shared.mode = SearchMode::Exact;
     assert_eq!(hits(&tiny, &b), hits(&tiny, &exact));
-    let (_, p) = tiny.search_batch_profiled(&b).unwrap();
-    assert_eq!(p.mode, "shared_scan");
+    let (_, p) = tiny.explain(&b).unwrap();
+    assert_eq!(p.mode, SearchMode::Shared);
     assert_eq!(
         p.cache_hits + p.cache_misses,
         p.distinct_partitions,
         "{}",
         p.render()
     );
-    b.mode = SearchMode::PerQuery;
+    b.shared.mode = SearchMode::PerQuery;
     assert_eq!(hits(&tiny, &b), hits(&tiny, &exact));
-    let (_, p) = tiny.search_batch_profiled(&b).unwrap();
+    let (_, p) = tiny.explain(&b).unwrap();
     assert_eq!(
         p.cache_hits + p.cache_misses,
         p.pairs_probed,
@@ -435,14 +425,14 @@ fn optimize_with_two_indexed_columns_builds_one_delta_per_column() {
     let dim = 8;
     let schema = Schema::new(vec![
         (
-            "a".into(),
+            "a",
             ColumnType::Vector {
                 dim,
                 metric: Metric::L2,
             },
         ),
         (
-            "b".into(),
+            "b",
             ColumnType::Vector {
                 dim,
                 metric: Metric::L2,
@@ -482,22 +472,18 @@ fn optimize_with_two_indexed_columns_builds_one_delta_per_column() {
     let mut ds = Dataset::create(dir.path(), schema, Config::default()).unwrap();
     ds.append([Ok(batch(0, 300))]).unwrap();
     for column in ["a", "b"] {
-        ds.create_index_with_progress(
-            Some(column),
-            IndexParams::new(IndexKind::IvfFlat, 4),
-            &mut quiet(),
-        )
-        .unwrap();
+        ds.create_index(Some(column), IndexParams::new(IndexKind::IvfFlat, 4))
+            .unwrap();
     }
     let mut next = 300;
     for round in 1..=2 {
         ds.append([Ok(batch(next, 100))]).unwrap();
         next += 100;
-        let built = ds.optimize(&mut quiet()).unwrap();
+        let built = ds.optimize().unwrap().segments;
         let mut columns: Vec<&str> = built.iter().map(|m| m.column.as_str()).collect();
         columns.sort();
         assert_eq!(columns, ["a", "b"], "round {round}: one delta per column");
-        assert!(ds.optimize(&mut quiet()).unwrap().is_empty());
+        assert!(ds.optimize().unwrap().segments.is_empty());
     }
     for column in ["a", "b"] {
         let segments: Vec<_> = ds
@@ -515,8 +501,8 @@ fn optimize_with_two_indexed_columns_builds_one_delta_per_column() {
         );
         let q = vec![vec![0.5f32; dim]; 3];
         let mut indexed = BatchQuery::new(q.clone(), 500);
-        indexed.column = Some(column.into());
-        indexed.options.nprobes = Nprobes::Fixed(4);
+        indexed.shared.column = Some(column.into());
+        indexed.own_mut().nprobes = Nprobes::Fixed(4);
         let res = ds.search_batch(&indexed).unwrap();
         for hits in &res.hits {
             let mut ids: Vec<u64> = hits.iter().map(|h| h.row_id).collect();
@@ -526,7 +512,7 @@ fn optimize_with_two_indexed_columns_builds_one_delta_per_column() {
             assert_eq!(ids.len(), 500, "no row twice on '{column}'");
         }
         let mut exact = indexed.clone();
-        exact.mode = SearchMode::Exact;
+        exact.shared.mode = SearchMode::Exact;
         assert_eq!(hits(&ds, &indexed), hits(&ds, &exact), "full probe = exact");
     }
 }
@@ -541,11 +527,11 @@ fn lying_partition_lengths_and_row_counts_are_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, rows) = build(dir.path(), &[300], 8, Metric::L2, 1);
     let meta = ds
-        .create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 4), &mut quiet())
+        .create_index(None, IndexParams::new(IndexKind::IvfFlat, 4))
         .unwrap();
-    let seg = dir.path().join("indices").join(&meta.id);
+    let seg = dir.path().join("indices").join(&meta.segments[0].id);
     let mut q = Query::new(rows[0].vector.clone(), 5);
-    q.options.nprobes = Nprobes::Fixed(4);
+    q.own_mut().nprobes = Nprobes::Fixed(4);
     let search = || Dataset::open(dir.path()).unwrap().search(&q);
     let good = search().unwrap();
 

@@ -1,5 +1,6 @@
 //! Integration tests: one binary, shared fixtures in `common`.
 
+mod api;
 mod bad_input;
 mod cli;
 mod common;

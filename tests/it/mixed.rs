@@ -5,9 +5,9 @@
 use crate::common::*;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
-use shoal::index::{IndexKind, IndexParams};
-use shoal::query::{FilterMode, Nprobes, PerQueryParams, SearchMode};
-use shoal::{BatchQuery, Config, Dataset, Metric, Query, Session};
+use shoal::{BatchQuery, Config, Dataset, Metric, Session};
+use shoal::{FilterMode, Nprobes, PerQueryParams, SearchMode};
+use shoal::{IndexKind, IndexParams};
 use std::sync::OnceLock;
 
 const DIM: usize = 16;
@@ -51,13 +51,13 @@ fn fixture(kind: usize, metric: usize) -> &'static Fixture {
             METRICS[metric],
             90 + kind as u64,
         );
-        ds.create_index_with_progress(None, IndexParams::new(KINDS[kind], 8), &mut |_, _, _| {})
+        ds.create_index(None, IndexParams::new(KINDS[kind], 8))
             .unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         let delta = make_rows(&mut rng, rows.len() as i64, 110, DIM);
         ds.append([Ok(batch_of(&delta, DIM))]).unwrap();
         rows.extend(delta);
-        ds.optimize(&mut |_, _, _| {}).unwrap();
+        ds.optimize().unwrap();
         let tail = make_rows(&mut rng, rows.len() as i64, 60, DIM);
         ds.append([Ok(batch_of(&tail, DIM))]).unwrap();
         rows.extend(tail);
@@ -111,12 +111,9 @@ fn rows_of(hits: &[shoal::Hit]) -> Rows {
 
 /// Query `i` of `batch` on its own, in `mode`.
 fn alone(ds: &Dataset, batch: &BatchQuery, i: usize, mode: SearchMode) -> (Rows, Vec<String>) {
-    let own = batch.params_of(i);
-    let mut q = Query::new(batch.vectors[i].clone(), batch.k.get(i)).offset(batch.offset.get(i));
-    q.params = shoal::SearchParams::from_parts(batch.params.shared(), own);
-    q.mode = mode;
+    let q = batch.query(i).unwrap().mode(mode);
     let r = ds.search(&q).unwrap();
-    (rows_of(&r.hits[0]), r.projection.clone())
+    (rows_of(&r.hits), r.projection.clone())
 }
 
 proptest! {
@@ -144,16 +141,17 @@ proptest! {
         let each: Vec<PerQueryParams> = (0..size).map(|_| random_own(&mut rng)).collect();
         let mut batch = BatchQuery::new(vectors, 1).ks(ks).offsets(offsets).each(each);
         if exact {
-            batch.mode = SearchMode::Exact;
+            batch.shared.mode = SearchMode::Exact;
         }
-        let (mixed, profile) = f.ds.search_batch_profiled(&batch).unwrap();
-        prop_assert_eq!(&profile.mode, if exact { "exact" } else { "shared_scan" });
+        let (mixed, profile) = f.ds.explain(&batch).unwrap();
+        prop_assert_eq!(profile.mode, if exact { SearchMode::Exact } else { SearchMode::Shared });
         prop_assert!(profile.fallback_reason.is_none());
-        let distinct: std::collections::HashSet<_> = batch
-            .each.as_ref().unwrap().iter().filter_map(|e| e.filter.clone()).collect();
+        let shoal::PerQuery::Each(each) = &batch.own else { unreachable!("built with each") };
+        let distinct: std::collections::HashSet<_> =
+            each.iter().filter_map(|e| e.filter.clone()).collect();
         prop_assert_eq!(profile.distinct_filters, distinct.len());
         for i in 0..size {
-            let (rows, projection) = alone(&f.ds, &batch, i, batch.mode);
+            let (rows, projection) = alone(&f.ds, &batch, i, batch.shared.mode);
             prop_assert_eq!(mixed.projection_of(i), projection.as_slice());
             prop_assert_eq!(&rows_of(&mixed.hits[i]), &rows, "query {} of {} (alone)", i, size);
             if !exact {
@@ -186,8 +184,8 @@ fn queries_with_sixteen_filters_share_one_scan() {
     let batch = BatchQuery::new(vectors, 10).each(each);
     // A fresh session: nothing cached yet.
     let ds = Session::new(Config::default()).open(f.ds.root()).unwrap();
-    let (_, first) = ds.search_batch_profiled(&batch).unwrap();
-    assert_eq!(first.mode, "shared_scan");
+    let (_, first) = ds.explain(&batch).unwrap();
+    assert_eq!(first.mode, SearchMode::Shared);
     assert_eq!(first.queries, 32);
     assert_eq!(first.distinct_filters, 16);
     assert!(
@@ -200,7 +198,7 @@ fn queries_with_sixteen_filters_share_one_scan() {
     let rows: u64 = f.rows.len() as u64;
     assert!(first.filter_rows_tested < 16 * rows, "{first:?}");
     // The same filters again: every result comes from the filter cache.
-    let (_, again) = ds.search_batch_profiled(&batch).unwrap();
+    let (_, again) = ds.explain(&batch).unwrap();
     assert_eq!(again.prefilter_builds, 0, "{again:?}");
     assert_eq!(again.filter_rows_tested, 0);
     assert!(again.filter_cache_hits > 0);
@@ -259,7 +257,7 @@ fn filters_admitting_zero_one_k_minus_one_and_k_rows() {
         let (per_query, _) = alone(&f.ds, &batch, i, SearchMode::PerQuery);
         assert_eq!(alone_rows, per_query, "{sql}");
         let mut exact = batch.clone();
-        exact.mode = SearchMode::Exact;
+        exact.shared.mode = SearchMode::Exact;
         let (exact_rows, _) = alone(&f.ds, &exact, i, SearchMode::Exact);
         let ids: Vec<u64> = res.hits[i].iter().map(|h| h.row_id).collect();
         let exact_ids: Vec<u64> = exact_rows.iter().map(|r| r.0).collect();
@@ -275,12 +273,8 @@ fn filters_admitting_zero_one_k_minus_one_and_k_rows() {
 fn cached_filter_results_follow_appends_deletes_and_optimize() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, mut rows) = build(dir.path(), &[300, 150], DIM, Metric::L2, 5);
-    ds.create_index_with_progress(
-        None,
-        IndexParams::new(IndexKind::IvfFlat, 8),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 8))
+        .unwrap();
     let vectors: Vec<Vec<f32>> = rows
         .iter()
         .step_by(23)
@@ -316,7 +310,7 @@ fn cached_filter_results_follow_appends_deletes_and_optimize() {
     check(&ds, "after an append (unindexed fragment)");
     ds.delete("len < 3 OR category = 'noun'").unwrap();
     check(&ds, "after a delete");
-    ds.optimize(&mut |_, _, _| {}).unwrap();
+    ds.optimize().unwrap();
     check(&ds, "after optimize (delta segment)");
     ds.delete("id >= 400").unwrap();
     check(&ds, "after a second delete");
@@ -344,8 +338,8 @@ fn shared_adaptive_probing_reports_its_rounds() {
         })
         .collect();
     let batch = BatchQuery::new(vectors, 10).each(each);
-    let (res, profile) = f.ds.search_batch_profiled(&batch).unwrap();
-    assert_eq!(profile.mode, "shared_scan");
+    let (res, profile) = f.ds.explain(&batch).unwrap();
+    assert_eq!(profile.mode, SearchMode::Shared);
     assert!(profile.adaptive_rounds >= 2, "{profile:?}");
     assert_eq!(profile.adaptive_loads.len() as u64, profile.adaptive_rounds);
     assert!(profile.refine_rows_read > 0);
@@ -413,12 +407,6 @@ fn bad_per_query_input_is_refused_naming_the_query() {
     let batch = BatchQuery::new(vectors.clone(), 5).each(vec![good.clone(), good.clone(), huge]);
     let err = f.ds.search_batch(&batch).unwrap_err();
     assert!(err.to_string().contains("refine factor"), "{err}");
-    // Batch-level per-query fields beside `each` are refused, not ignored.
-    let both = BatchQuery::new(vectors.clone(), 5)
-        .filter("len < 3")
-        .each(vec![good.clone(), good.clone(), good.clone()]);
-    let err = f.ds.search_batch(&both).unwrap_err();
-    assert!(err.to_string().contains("belong to each entry"), "{err}");
     let short = BatchQuery::new(vectors, 5).each(vec![good]);
     let err = f.ds.search_batch(&short).unwrap_err();
     assert!(

@@ -6,10 +6,11 @@
 //! `SHOAL_DATA_DIR=… cargo test --test it real_data -- --ignored`. Asked to
 //! run without the data, it fails rather than passing unseen.
 
+use crate::common::OwnMut;
 use shoal::demo::{demo_batch, demo_schema};
-use shoal::index::{IndexKind, IndexParams};
-use shoal::query::{Nprobes, SearchMode};
 use shoal::{BatchQuery, Config, Dataset, Metric, PerQueryParams};
+use shoal::{IndexKind, IndexParams};
+use shoal::{Nprobes, SearchMode};
 use std::collections::HashSet;
 use std::path::PathBuf;
 
@@ -62,21 +63,20 @@ fn cosine_ivf_pq_recall_on_minilm_gcide_meets_the_floor() {
     )
     .unwrap();
     ds.append([demo_batch("vector", dim, &base, 0)]).unwrap();
-    ds.create_index_with_progress(
+    ds.create_index(
         None,
         IndexParams::new(IndexKind::IvfPq { sub_vectors: 48 }, 256),
-        &mut |_: &str, _: usize, _: usize| {},
     )
     .unwrap();
     let qs: Vec<Vec<f32>> = queries.chunks(dim).map(|q| q.to_vec()).collect();
     let mut exact = BatchQuery::new(qs.clone(), 10);
-    exact.mode = SearchMode::Exact;
+    exact.shared.mode = SearchMode::Exact;
     let truth = ds.search_batch(&exact).unwrap();
     let mut hits_of = Vec::new();
     for mode in [SearchMode::Shared, SearchMode::PerQuery] {
         let mut ann = BatchQuery::new(qs.clone(), 10);
-        ann.mode = mode;
-        ann.options.nprobes = Nprobes::Fixed(16);
+        ann.shared.mode = mode;
+        ann.own_mut().nprobes = Nprobes::Fixed(16);
         let got = ds.search_batch(&ann).unwrap();
         let mut hit = 0;
         for (t, g) in truth.hits.iter().zip(&got.hits) {
@@ -116,10 +116,10 @@ fn cosine_ivf_pq_recall_on_minilm_gcide_meets_the_floor() {
         })
         .collect();
     let mixed = BatchQuery::new(qs.clone(), 10).each(each);
-    let (shared, profile) = ds.search_batch_profiled(&mixed).unwrap();
-    assert_eq!(profile.mode, "shared_scan");
+    let (shared, profile) = ds.explain(&mixed).unwrap();
+    assert_eq!(profile.mode, SearchMode::Shared);
     assert_eq!(profile.distinct_filters, 16);
     let mut alone = mixed.clone();
-    alone.mode = SearchMode::PerQuery;
+    alone.shared.mode = SearchMode::PerQuery;
     assert_eq!(shared.hits, ds.search_batch(&alone).unwrap().hits);
 }

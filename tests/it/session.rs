@@ -1,14 +1,11 @@
 //! One session per process: shared bounded caches, projected lazy reads,
 //! the scan pool and cancellation.
 
+use crate::common::OwnMut;
 use crate::common::*;
-use shoal::index::{IndexKind, IndexParams};
-use shoal::query::{Nprobes, SearchMode};
 use shoal::{BatchQuery, CancelToken, Config, Error, Metric, Query, Session};
-
-fn quiet() -> impl FnMut(&str, usize, usize) {
-    |_: &str, _: usize, _: usize| {}
-}
+use shoal::{IndexKind, IndexParams};
+use shoal::{Nprobes, SearchMode};
 
 fn bits(r: &shoal::SearchResults) -> Vec<Vec<(u64, u32)>> {
     r.hits
@@ -30,7 +27,7 @@ fn indexed_session_dataset(
     for chunk in all.chunks(rows / 2) {
         ds.append([Ok(batch_of(chunk, 16))]).unwrap();
     }
-    ds.create_index_with_progress(None, IndexParams::new(IndexKind::IvfFlat, 16), &mut quiet())
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 16))
         .unwrap();
     (ds, all)
 }
@@ -54,7 +51,7 @@ fn two_datasets_in_one_session_share_one_cache_bound() {
                 .map(|i| rows[(round * 97 + i * 31) % rows.len()].vector.clone())
                 .collect();
             let mut batch = BatchQuery::new(q, 10);
-            batch.options.nprobes = Nprobes::Fixed(4);
+            batch.own_mut().nprobes = Nprobes::Fixed(4);
             let res = ds.search_batch(&batch).unwrap();
             assert!(res.hits.iter().all(|h| h.len() == 10));
             let held = session.partition_cache().weighted_size();
@@ -78,10 +75,10 @@ fn indexed_search_with_projection_never_loads_the_vector_column() {
     let q: Vec<Vec<f32>> = (0..20).map(|i| rows[i * 13].vector.clone()).collect();
     for mode in [SearchMode::Auto, SearchMode::PerQuery] {
         let mut batch = BatchQuery::new(q.clone(), 5);
-        batch.options.nprobes = Nprobes::Fixed(3);
-        batch.mode = mode;
-        batch.projection = vec!["category".into()];
-        batch.filter = Some("len < 20".into());
+        batch.own_mut().nprobes = Nprobes::Fixed(3);
+        batch.shared.mode = mode;
+        batch.own_mut().projection = vec!["category".into()];
+        batch.own_mut().filter = Some("len < 20".into());
         let res = ds.search_batch(&batch).unwrap();
         assert!(res
             .hits
@@ -107,7 +104,7 @@ fn indexed_search_with_projection_never_loads_the_vector_column() {
         .any(|f| cache.contains(f.path(), "category")));
     // An exact search does read the vectors.
     let mut exact = BatchQuery::new(q, 5);
-    exact.mode = SearchMode::Exact;
+    exact.shared.mode = SearchMode::Exact;
     ds.search_batch(&exact).unwrap();
     assert!(fragments.iter().all(|f| cache.contains(f.path(), "emb")));
 }
@@ -120,19 +117,19 @@ fn a_search_cancelled_mid_scan_stops_and_releases_everything() {
     let (ds, rows) = indexed_session_dataset(&session, dir.path(), 20_000, 4);
     let q: Vec<Vec<f32>> = (0..256).map(|i| rows[i * 71].vector.clone()).collect();
     let mut batch = BatchQuery::new(q, 10);
-    batch.options.nprobes = Nprobes::Fixed(16);
+    batch.own_mut().nprobes = Nprobes::Fixed(16);
     let before = ds.search_batch(&batch).unwrap();
     // Cancelled before it starts: nothing runs.
     let token = CancelToken::new();
     token.cancel();
     assert!(matches!(
-        ds.search_batch_cancellable(&batch, &token),
+        ds.search_batch(&batch.clone().cancel_token(token)),
         Err(Error::Cancelled)
     ));
     // Cancelled from another thread while scanning, for every mode.
     for mode in [SearchMode::Auto, SearchMode::PerQuery, SearchMode::Exact] {
         let mut b = batch.clone();
-        b.mode = mode;
+        b.shared.mode = mode;
         let mut cancelled = false;
         for delay_us in [2000u64, 500, 100, 10, 0] {
             let token = CancelToken::new();
@@ -141,7 +138,7 @@ fn a_search_cancelled_mid_scan_stops_and_releases_everything() {
                     std::thread::sleep(std::time::Duration::from_micros(delay_us));
                     token.cancel();
                 });
-                ds.search_batch_cancellable(&b, &token)
+                ds.search_batch(&b.clone().cancel_token(token.clone()))
             });
             match outcome {
                 Err(Error::Cancelled) => {
@@ -162,7 +159,7 @@ fn a_search_cancelled_mid_scan_stops_and_releases_everything() {
         "same answer after cancellations"
     );
     let one = ds.search(&Query::new(rows[5].vector.clone(), 3)).unwrap();
-    assert_eq!(one.hits[0].len(), 3);
+    assert_eq!(one.hits.len(), 3);
 }
 
 #[test]
@@ -178,27 +175,35 @@ fn builder_methods_set_the_same_fields_as_the_struct() {
         .metric(Metric::L2)
         .offset(1);
     let mut by_hand = Query::new(vec![1.0; 16], 5);
-    by_hand.filter = Some("len < 12".into());
-    by_hand.filter_mode = shoal::FilterMode::Postfilter;
-    by_hand.projection = vec!["category".into()];
-    by_hand.column = Some("emb".into());
-    by_hand.options.nprobes = Nprobes::Fixed(3);
-    by_hand.options.fast_search = true;
-    by_hand.version = Some(2);
-    by_hand.metric = Some(Metric::L2);
+    by_hand.own_mut().filter = Some("len < 12".into());
+    by_hand.own_mut().filter_mode = shoal::FilterMode::Postfilter;
+    by_hand.own_mut().projection = vec!["category".into()];
+    by_hand.shared.column = Some("emb".into());
+    by_hand.own_mut().nprobes = Nprobes::Fixed(3);
+    by_hand.shared.fast_search = true;
+    by_hand.shared.version = Some(2);
+    by_hand.shared.metric = Some(Metric::L2);
     by_hand.offset = 1;
     assert_eq!(q, by_hand);
     // The shared fields are one hashable key (what a coalescer groups by);
     // k, offset and the vector are not part of it.
-    let keys: std::collections::HashSet<shoal::SearchParams> = [
-        q.params.clone(),
-        Query::new(vec![2.0; 16], 9).filter("len < 12").params,
-        q.clone().into_batch().params,
+    let keys: std::collections::HashSet<shoal::SharedParams> = [
+        q.shared.clone(),
+        Query::new(vec![2.0; 16], 9).filter("len < 12").shared,
+        q.clone().into_batch().shared,
     ]
     .into_iter()
     .collect();
     assert_eq!(keys.len(), 2);
-    assert!(keys.contains(&by_hand.params));
+    assert!(keys.contains(&by_hand.shared));
+    assert_eq!(
+        Query::new(vec![2.0; 16], 9).shared,
+        Query::new(vec![2.0; 16], 9)
+            .filter("len < 12")
+            .nprobes(3)
+            .shared,
+        "a query's own filter and probing are not part of the shared key"
+    );
     let b = BatchQuery::new(vec![vec![0.0; 16]; 2], 4)
         .ks(vec![1, 2])
         .offsets(vec![0, 3])
@@ -207,9 +212,9 @@ fn builder_methods_set_the_same_fields_as_the_struct() {
         .mode(SearchMode::PerQuery);
     assert_eq!(b.k, shoal::PerQuery::Each(vec![1, 2]));
     assert_eq!(b.offset, shoal::PerQuery::Each(vec![0, 3]));
-    assert_eq!(b.options.nprobes, Nprobes::Adaptive { min: 2, max: 8 });
-    assert_eq!(b.options.refine_factor, Some(2));
-    assert_eq!(b.mode, SearchMode::PerQuery);
+    assert_eq!(b.params_of(1).nprobes, Nprobes::Adaptive { min: 2, max: 8 });
+    assert_eq!(b.params_of(0).refine_factor, Some(2));
+    assert_eq!(b.shared.mode, SearchMode::PerQuery);
     // The built query searches like the hand-made one.
     let session = Session::new(Config::default());
     let dir = tempfile::tempdir().unwrap();
@@ -219,8 +224,9 @@ fn builder_methods_set_the_same_fields_as_the_struct() {
         .select(["len"])
         .nprobes(5);
     let mut hand = Query::new(rows[3].vector.clone(), 4);
-    hand.filter = Some("len < 20".into());
-    hand.projection = vec!["len".into()];
-    hand.options.nprobes = Nprobes::Fixed(5);
-    assert_eq!(ds.search(&built).unwrap(), ds.search(&hand).unwrap());
+    hand.own_mut().filter = Some("len < 20".into());
+    hand.own_mut().projection = vec!["len".into()];
+    hand.own_mut().nprobes = Nprobes::Fixed(5);
+    let (built, hand) = (ds.search(&built).unwrap(), ds.search(&hand).unwrap());
+    assert_eq!((built.hits, built.projection), (hand.hits, hand.projection));
 }

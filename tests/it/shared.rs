@@ -1,12 +1,13 @@
 //! The shared partition scan: identical to the single-query path, explicit
 //! fallbacks, cache counters.
 
+use crate::common::OwnMut;
 use crate::common::*;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
-use shoal::index::{IndexKind, IndexParams};
-use shoal::query::{Nprobes, PerQuery, SearchMode};
 use shoal::{BatchQuery, Dataset, Metric, Query};
+use shoal::{IndexKind, IndexParams};
+use shoal::{Nprobes, PerQuery, SearchMode};
 use std::sync::OnceLock;
 
 struct Fixture {
@@ -36,13 +37,13 @@ fn fixture(kind: usize, metric: usize) -> &'static Fixture {
             METRICS[metric],
             40 + kind as u64,
         );
-        ds.create_index_with_progress(None, IndexParams::new(KINDS[kind], 8), &mut |_, _, _| {})
+        ds.create_index(None, IndexParams::new(KINDS[kind], 8))
             .unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let delta = make_rows(&mut rng, rows.len() as i64, 120, dim);
         ds.append([Ok(batch_of(&delta, dim))]).unwrap();
         rows.extend(delta);
-        ds.optimize(&mut |_, _, _| {}).unwrap();
+        ds.optimize().unwrap();
         let tail = make_rows(&mut rng, rows.len() as i64, 70, dim);
         ds.append([Ok(batch_of(&tail, dim))]).unwrap();
         rows.extend(tail);
@@ -77,20 +78,20 @@ proptest! {
         let mut batch = BatchQuery::new(vectors.clone(), 1);
         batch.k = PerQuery::Each(ks.clone());
         batch.offset = PerQuery::Each(offsets.clone());
-        batch.filter = filter.map(String::from);
-        batch.mode = SearchMode::Shared;
-        batch.options.nprobes = Nprobes::Fixed(nprobes);
-        let (shared, profile) = f.ds.search_batch_profiled(&batch).unwrap();
-        prop_assert_eq!(&profile.mode, "shared_scan");
+        batch.own_mut().filter = filter.map(String::from);
+        batch.shared.mode = SearchMode::Shared;
+        batch.own_mut().nprobes = Nprobes::Fixed(nprobes);
+        let (shared, profile) = f.ds.explain(&batch).unwrap();
+        prop_assert_eq!(profile.mode, SearchMode::Shared);
         prop_assert!(profile.distinct_partitions <= profile.pairs_probed);
         for i in 0..size {
             let mut q = Query::new(vectors[i].clone(), ks[i]);
             q.offset = offsets[i];
-            q.filter = filter.map(String::from);
-            q.mode = SearchMode::PerQuery;
-            q.options.nprobes = Nprobes::Fixed(nprobes);
+            q.own_mut().filter = filter.map(String::from);
+            q.shared.mode = SearchMode::PerQuery;
+            q.own_mut().nprobes = Nprobes::Fixed(nprobes);
             let alone = f.ds.search(&q).unwrap();
-            let a: Vec<(u64, u32)> = alone.hits[0].iter().map(|h| (h.row_id, h.distance.to_bits())).collect();
+            let a: Vec<(u64, u32)> = alone.hits.iter().map(|h| (h.row_id, h.distance.to_bits())).collect();
             let b: Vec<(u64, u32)> = shared.hits[i].iter().map(|h| (h.row_id, h.distance.to_bits())).collect();
             prop_assert_eq!(a, b, "query {} of {}", i, size);
         }
@@ -112,7 +113,7 @@ fn modes_are_the_documented_ones_and_match_the_single_query_path() {
             .map(|v| {
                 let mut one = q.clone();
                 one.vectors = vec![v.clone()];
-                one.mode = SearchMode::PerQuery;
+                one.shared.mode = SearchMode::PerQuery;
                 f.ds.search_batch(&one).unwrap().hits[0]
                     .iter()
                     .map(|h| (h.row_id, h.distance.to_bits()))
@@ -132,7 +133,7 @@ fn modes_are_the_documented_ones_and_match_the_single_query_path() {
         (
             {
                 let mut b = base.clone();
-                b.options.nprobes = Nprobes::Adaptive { min: 1, max: 4 };
+                b.own_mut().nprobes = Nprobes::Adaptive { min: 1, max: 4 };
                 b
             },
             "shared_scan",
@@ -141,7 +142,7 @@ fn modes_are_the_documented_ones_and_match_the_single_query_path() {
         (
             {
                 let mut b = base.clone();
-                b.options.refine_factor = Some(1);
+                b.own_mut().refine_factor = Some(1);
                 b
             },
             "shared_scan",
@@ -150,7 +151,7 @@ fn modes_are_the_documented_ones_and_match_the_single_query_path() {
         (
             {
                 let mut b = base.clone();
-                b.options.refine_factor = Some(3);
+                b.own_mut().refine_factor = Some(3);
                 b
             },
             "shared_scan",
@@ -159,8 +160,8 @@ fn modes_are_the_documented_ones_and_match_the_single_query_path() {
         (
             {
                 let mut b = base.clone();
-                b.options.use_index = false;
-                b.mode = SearchMode::Shared;
+                b.shared.use_index = false;
+                b.shared.mode = SearchMode::Shared;
                 b
             },
             "exact",
@@ -168,8 +169,8 @@ fn modes_are_the_documented_ones_and_match_the_single_query_path() {
         ),
     ];
     for (batch, mode, reason) in cases {
-        let (res, profile) = f.ds.search_batch_profiled(&batch).unwrap();
-        assert_eq!(profile.mode, mode, "{batch:?}");
+        let (res, profile) = f.ds.explain(&batch).unwrap();
+        assert_eq!(profile.mode.as_str(), mode, "{batch:?}");
         assert_eq!(profile.fallback_reason.as_deref(), reason);
         if mode != "exact" {
             assert_eq!(ids(&res), single(&batch), "{mode} {reason:?}");
@@ -179,15 +180,15 @@ fn modes_are_the_documented_ones_and_match_the_single_query_path() {
     let dir = tempfile::tempdir().unwrap();
     let (plain, rows) = build(dir.path(), &[90, 40], 8, Metric::L2, 3);
     let mut b = BatchQuery::new(rows.iter().take(5).map(|r| r.vector.clone()).collect(), 4);
-    b.mode = SearchMode::Shared;
-    let (res, profile) = plain.search_batch_profiled(&b).unwrap();
-    assert_eq!(profile.mode, "exact");
+    b.shared.mode = SearchMode::Shared;
+    let (res, profile) = plain.explain(&b).unwrap();
+    assert_eq!(profile.mode, SearchMode::Exact);
     assert!(profile
         .fallback_reason
         .as_deref()
         .unwrap_or("")
         .contains("no index"));
-    b.mode = SearchMode::Exact;
+    b.shared.mode = SearchMode::Exact;
     assert_eq!(ids(&res), ids(&plain.search_batch(&b).unwrap()));
 }
 
@@ -195,19 +196,15 @@ fn modes_are_the_documented_ones_and_match_the_single_query_path() {
 fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, rows) = build(dir.path(), &[800], 8, Metric::L2, 5);
-    ds.create_index_with_progress(
-        None,
-        IndexParams::new(IndexKind::IvfFlat, 16),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 16))
+        .unwrap();
     // A cold, private cache for this handle.
     let cold = Dataset::open(dir.path()).unwrap();
     let vectors: Vec<Vec<f32>> = rows.iter().step_by(10).map(|r| r.vector.clone()).collect();
     let mut b = BatchQuery::new(vectors.clone(), 5);
-    b.options.nprobes = Nprobes::Fixed(6);
-    let (_, p) = cold.search_batch_profiled(&b).unwrap();
-    assert_eq!(p.mode, "shared_scan");
+    b.own_mut().nprobes = Nprobes::Fixed(6);
+    let (_, p) = cold.explain(&b).unwrap();
+    assert_eq!(p.mode, SearchMode::Shared);
     assert_eq!(p.pairs_probed, 6 * vectors.len() as u64);
     assert!(p.distinct_partitions <= 16 && p.distinct_partitions < p.pairs_probed);
     assert_eq!(
@@ -221,15 +218,15 @@ fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
         "a cold cache loads each distinct partition once"
     );
     assert!(p.bytes_read > 0);
-    let (_, again) = cold.search_batch_profiled(&b).unwrap();
+    let (_, again) = cold.explain(&b).unwrap();
     assert_eq!(
         again.cache_misses, 0,
         "the second batch is served from the cache"
     );
     assert_eq!(again.cache_hits, again.distinct_partitions);
     // The per-query path asks the cache once per (query, partition) pair.
-    b.mode = SearchMode::PerQuery;
-    let (_, pq) = cold.search_batch_profiled(&b).unwrap();
+    b.shared.mode = SearchMode::PerQuery;
+    let (_, pq) = cold.explain(&b).unwrap();
     assert_eq!(pq.cache_hits + pq.cache_misses, pq.pairs_probed);
     let counters = cold.partition_cache().counters();
     assert_eq!(counters.misses, p.cache_misses);
@@ -239,15 +236,11 @@ fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
 fn concurrent_loads_of_one_partition_load_it_once() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, rows) = build(dir.path(), &[600], 8, Metric::L2, 6);
-    ds.create_index_with_progress(
-        None,
-        IndexParams::new(IndexKind::IvfFlat, 4),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 4))
+        .unwrap();
     let cold = Dataset::open(dir.path()).unwrap();
     let mut q = Query::new(rows[0].vector.clone(), 3);
-    q.options.nprobes = Nprobes::Fixed(4);
+    q.own_mut().nprobes = Nprobes::Fixed(4);
     std::thread::scope(|s| {
         for _ in 0..8 {
             s.spawn(|| cold.search(&q).unwrap());

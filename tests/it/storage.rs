@@ -5,7 +5,9 @@ use rand::SeedableRng;
 use shoal::{Config, Dataset, Error, Metric, Query};
 
 fn ids(ds: &Dataset, q: &[f32], k: usize) -> Vec<(i64, u32)> {
-    ds.search(&Query::new(q.to_vec(), k)).unwrap().hits[0]
+    ds.search(&Query::new(q.to_vec(), k))
+        .unwrap()
+        .hits
         .iter()
         .map(|h| (h.id, h.distance.to_bits()))
         .collect()
@@ -22,7 +24,7 @@ fn a_pinned_version_does_not_see_later_appends_or_deletes() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(2);
     let more = make_rows(&mut rng, 200, 100, 6);
     ds.append([Ok(batch_of(&more, 6))]).unwrap();
-    assert!(ds.delete("id < 50").unwrap() > 0);
+    assert!(ds.delete("id < 50").unwrap().rows > 0);
     assert_eq!(ds.version(), v + 2);
     assert_eq!(ids(&pinned, &q, 15), before);
     assert_eq!(pinned.count_rows(), 200);
@@ -32,11 +34,11 @@ fn a_pinned_version_does_not_see_later_appends_or_deletes() {
     assert_eq!(reopened.version(), v + 2);
     assert_eq!(ids(&reopened.checkout(v).unwrap(), &q, 15), before);
     let mut by_version = Query::new(q.clone(), 15);
-    by_version.version = Some(v);
+    by_version.shared.version = Some(v);
     let res = reopened.search(&by_version).unwrap();
     assert_eq!(res.version, v);
     assert_eq!(
-        res.hits[0]
+        res.hits
             .iter()
             .map(|h| (h.id, h.distance.to_bits()))
             .collect::<Vec<_>>(),
@@ -130,7 +132,7 @@ fn appends_split_into_fragments_of_the_configured_size() {
     assert_eq!(
         ds.search(&Query::new(rows[140].vector.clone(), 1))
             .unwrap()
-            .hits[0][0]
+            .hits[0]
             .distance,
         0.0
     );
@@ -205,7 +207,7 @@ fn kill_dash_nine_during_a_large_ingest_leaves_the_last_committed_version() {
     assert_eq!(ds.version(), 2, "the killed ingest must not have committed");
     assert_eq!(ds.count_rows(), 10);
     let res = ds.search(&Query::new(vec![0.0; dim], 3)).unwrap();
-    assert_eq!(res.hits[0].len(), 3);
+    assert_eq!(res.hits.len(), 3);
 }
 
 /// A manifest that names a file outside the dataset, or counts more
@@ -215,7 +217,7 @@ fn kill_dash_nine_during_a_large_ingest_leaves_the_last_committed_version() {
 fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let (mut ds, _) = build(dir.path(), &[50], 4, Metric::L2, 1);
-    assert!(ds.delete("id < 5").unwrap() > 0);
+    assert!(ds.delete("id < 5").unwrap().rows > 0);
     let v = ds.version();
     // The newest manifest: `_versions/` names sort by version.
     let mut names: Vec<_> = std::fs::read_dir(dir.path().join("_versions"))

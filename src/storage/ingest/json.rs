@@ -1,5 +1,5 @@
 //! JSON Lines input: reading lines in chunks and converting JSON values
-//! to Arrow columns (also the `--meta` rows of `.fvecs`/`.npy`).
+//! to Arrow columns (also the metadata rows of `.fvecs`/`.npy`).
 
 use super::*;
 

@@ -10,6 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::kernel::Metric;
+use crate::progress::Progress;
 use crate::storage::schema::{ColumnType, Schema};
 use arrow_array::builder::{
     BooleanBuilder, Float32Builder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
@@ -35,7 +36,7 @@ use vecs::*;
 pub use vecs::{read_ivecs, read_vectors, write_fvecs, write_ivecs};
 
 /// Options of one ingest.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct IngestOptions {
     /// Name of the vector column for `.fvecs`/`.npy` input (default `vector`).
     pub column: Option<String>,
@@ -44,19 +45,9 @@ pub struct IngestOptions {
     /// Metric of a new dataset's vector columns (`None`: l2). Given for an
     /// existing dataset, it must be the metric the dataset has.
     pub metric: Option<Metric>,
-    /// Draw a progress bar on stderr (when it is a terminal).
-    pub progress: bool,
-}
-
-impl Default for IngestOptions {
-    fn default() -> Self {
-        IngestOptions {
-            column: None,
-            meta: None,
-            metric: None,
-            progress: true,
-        }
-    }
+    /// Reports `("ingest", input bytes read, input bytes)` as chunks are
+    /// read.
+    pub progress: Option<Progress>,
 }
 
 /// The input formats shoal reads.
@@ -103,7 +94,7 @@ pub enum Chunk {
         dim: usize,
         /// Row-major vectors.
         data: Vec<f32>,
-        /// Scalar columns per row, from `--meta`.
+        /// Scalar columns per row, from the metadata file.
         meta: Option<JsonRows>,
     },
     /// JSON Lines rows.
@@ -154,6 +145,7 @@ impl Chunk {
 /// but numbers are [`Error::MalformedInput`] naming `source` and the row
 /// (`rows[i]`, counted from 0); a missing vector, a wrong dimension or a
 /// non-finite value is caught when the batch is conformed.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub fn json_rows_batch(
     rows: &[Map<String, Value>],
     schema: &Schema,
@@ -181,7 +173,7 @@ fn batch_from(fields: Vec<(String, ArrayRef)>, rows: usize) -> Result<RecordBatc
     )?)
 }
 
-/// Streams an input file (and its `--meta` file) as chunks of at most
+/// Streams an input file (and its metadata file) as chunks of at most
 /// `chunk_rows` rows.
 pub struct ChunkReader {
     source: Source,
@@ -433,7 +425,7 @@ impl ChunkReader {
     }
 }
 
-/// Fails when a `--meta` row sets the vector column, whose values come
+/// Fails when a metadata row sets the vector column, whose values come
 /// from the vectors file (`input`).
 fn meta_leaves_out(meta: &JsonRows, column: &str, input: &Path) -> Result<()> {
     match meta.rows.iter().position(|row| row.contains_key(column)) {
@@ -442,7 +434,7 @@ fn meta_leaves_out(meta: &JsonRows, column: &str, input: &Path) -> Result<()> {
             &meta.path,
             format!(
                 "{}: field '{column}' is the vector column, whose vectors come from {}; \
-                 --meta lines hold only scalar columns",
+                 metadata lines hold only scalar columns",
                 meta.label(i),
                 input.display()
             ),

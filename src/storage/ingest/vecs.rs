@@ -174,10 +174,7 @@ pub(super) fn read_npy_header(reader: &mut CountingReader, path: &Path) -> Resul
 
 /// Reads every vector of an `.fvecs` or `.npy` file (for query files).
 pub fn read_vectors(path: &Path) -> Result<(usize, Vec<Vec<f32>>)> {
-    let opts = IngestOptions {
-        progress: false,
-        ..IngestOptions::default()
-    };
+    let opts = IngestOptions::default();
     let format = Format::of(path)?;
     if !matches!(format, Format::Fvecs | Format::Npy) {
         return Err(Error::InvalidArgument(format!(

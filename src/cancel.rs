@@ -45,3 +45,10 @@ impl CancelToken {
         }
     }
 }
+
+/// Two tokens are equal when they are the same flag (clones of one token).
+impl PartialEq for CancelToken {
+    fn eq(&self, other: &CancelToken) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}

@@ -1,0 +1,163 @@
+//! Index management: build an index over a column, index appended
+//! fragments as delta segments (optimize), retrain (reindex). Each commits
+//! a new version listing the column's segments.
+
+use super::{Commit, Dataset};
+use crate::error::{Error, Result};
+use crate::index::ivf::{build_segment, validate_params, LoadedSegment, INDICES_DIR};
+use crate::index::{IndexParams, IndexSegmentMeta, PartitionCache};
+use crate::progress::Progress;
+use crate::storage::manifest::{commit_manifest, sync_dir};
+use crate::storage::FragmentView;
+use std::sync::Arc;
+
+impl Dataset {
+    /// The index segments of `column` in this version, opened. Internal
+    /// (tests).
+    #[doc(hidden)]
+    pub fn segments(&self, column: &str) -> Result<Vec<Arc<LoadedSegment>>> {
+        let (_, dim, _) = self.schema().vector_column(Some(column))?;
+        self.manifest
+            .indices
+            .iter()
+            .filter(|m| m.column == column)
+            .map(|meta| self.session.segment(&self.root, meta, dim))
+            .collect()
+    }
+
+    /// The partition cache (the session's, shared by all its datasets).
+    pub fn partition_cache(&self) -> &PartitionCache {
+        self.session.partition_cache()
+    }
+
+    /// Index segments recorded in this version.
+    pub fn index_segments(&self) -> &[IndexSegmentMeta] {
+        &self.manifest.indices
+    }
+
+    fn commit_indices(
+        &mut self,
+        operation: &str,
+        column: &str,
+        keep_old: bool,
+        new: Vec<IndexSegmentMeta>,
+    ) -> Result<()> {
+        let mut manifest = self.manifest.next(operation);
+        if !keep_old {
+            manifest.indices.retain(|m| m.column != column);
+        }
+        manifest.indices.extend(new);
+        sync_dir(&self.root.join(INDICES_DIR))?;
+        commit_manifest(&self.root, &manifest)?;
+        *self = self.with_manifest(manifest);
+        Ok(())
+    }
+
+    /// Trains and builds an index over every fragment of `column` (the only
+    /// vector column when `None`), replacing the column's existing segments,
+    /// as a new version. The commit counts the rows indexed and lists the
+    /// segment. Reports `(stage, done, total)` to the handle's
+    /// [`Progress`] (k-means iterations, rows assigned, rows written).
+    pub fn create_index(&mut self, column: Option<&str>, params: IndexParams) -> Result<Commit> {
+        let (column, dim, metric) = self.schema().vector_column(column)?;
+        let column = column.to_string();
+        validate_params(&params, dim, self.count_rows())?;
+        let fragments = self.fragments()?;
+        let progress = self.progress.clone();
+        let (meta, _) = build_segment(
+            &self.root,
+            &column,
+            dim,
+            metric,
+            &params,
+            &fragments,
+            None,
+            &mut reporter(progress.as_ref()),
+        )?;
+        self.commit_indices("create_index", &column, false, vec![meta.clone()])?;
+        Ok(self.commit_answer(meta.rows, vec![meta]))
+    }
+
+    /// Indexes the fragments no segment covers yet, per indexed column, as
+    /// delta segments that reuse the existing centroids and quantizers.
+    /// The commit lists the new segments (none, and the version unchanged,
+    /// when everything is indexed).
+    pub fn optimize(&mut self) -> Result<Commit> {
+        let mut columns: Vec<String> = self
+            .manifest
+            .indices
+            .iter()
+            .map(|m| m.column.clone())
+            .collect();
+        // Segments of one column need not be adjacent in the manifest.
+        columns.sort();
+        columns.dedup();
+        let fragments = self.fragments()?;
+        let progress = self.progress.clone();
+        let mut built = Vec::new();
+        for column in columns {
+            let segments = self.segments(&column)?;
+            let Some(base) = segments
+                .iter()
+                .find(|s| s.meta.trained_in == s.meta.id)
+                .or(segments.first())
+            else {
+                continue;
+            };
+            let todo: Vec<FragmentView> = fragments
+                .iter()
+                .filter(|f| {
+                    !segments
+                        .iter()
+                        .any(|s| s.meta.fragments.contains(&f.meta.id))
+                })
+                .cloned()
+                .collect();
+            if todo.is_empty() {
+                continue;
+            }
+            let (_, dim, _) = self.schema().vector_column(Some(&column))?;
+            let (meta, _) = build_segment(
+                &self.root,
+                &column,
+                dim,
+                base.meta.metric,
+                &base.meta.params,
+                &todo,
+                Some((&base.model, &base.meta.trained_in)),
+                &mut reporter(progress.as_ref()),
+            )?;
+            built.push(meta);
+        }
+        if built.is_empty() {
+            return Ok(self.commit_answer(0, built));
+        }
+        let column = built[0].column.clone();
+        self.commit_indices("optimize", &column, true, built.clone())?;
+        let rows = built.iter().map(|m| m.rows).sum();
+        Ok(self.commit_answer(rows, built))
+    }
+
+    /// Retrains the index of `column` over all its rows with the parameters
+    /// it was built with, replacing every segment (base and deltas).
+    pub fn reindex(&mut self, column: Option<&str>) -> Result<Commit> {
+        let (column, _, _) = self.schema().vector_column(column)?;
+        let params = self
+            .manifest
+            .indices
+            .iter()
+            .find(|m| m.column == column)
+            .map(|m| m.params.clone())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("column '{column}' has no index to rebuild"))
+            })?;
+        let column = column.to_string();
+        self.create_index(Some(&column), params)
+    }
+}
+
+/// The index build's `(stage, done, total)` callback, reporting to
+/// `progress` when there is one.
+fn reporter(progress: Option<&Progress>) -> impl FnMut(&str, usize, usize) + '_ {
+    move |stage, done, total| Progress::maybe(progress, stage, done as u64, total as u64)
+}

@@ -1,0 +1,158 @@
+//! Writes: append (staged, then committed) and delete. Each builds the
+//! next version's files, then publishes its manifest atomically.
+
+use super::{Commit, Dataset};
+use crate::error::{Error, Result};
+use crate::storage::conform::conform_batch;
+use crate::storage::deletions::{write_deletions, DELETIONS_DIR};
+use crate::storage::fragment::{FragmentWriter, DATA_DIR};
+use crate::storage::manifest::{commit_manifest, sync_dir, Manifest};
+use arrow_array::RecordBatch;
+
+/// Files of the next version written and synced, manifest not yet
+/// published. Dropping it without [`StagedCommit::commit`] is exactly a
+/// crash before the commit: the files are orphans, the dataset unchanged.
+#[derive(Debug)]
+pub struct StagedCommit {
+    dataset: Dataset,
+    manifest: Manifest,
+}
+
+impl StagedCommit {
+    /// The version this commit will publish.
+    pub fn version(&self) -> u64 {
+        self.manifest.version
+    }
+
+    /// Publishes the manifest; returns a handle on the new version.
+    pub fn commit(self) -> Result<Dataset> {
+        commit_manifest(&self.dataset.root, &self.manifest)?;
+        Ok(self.dataset.with_manifest(self.manifest))
+    }
+}
+
+/// What [`Dataset::append`] takes per batch: a [`RecordBatch`], or
+/// `shoal::Result<RecordBatch>` (a reader's items, whose first error stops
+/// the append with nothing committed).
+pub trait IntoRecordBatch {
+    /// The batch, or the error that stopped reading it.
+    fn into_record_batch(self) -> Result<RecordBatch>;
+}
+
+impl IntoRecordBatch for RecordBatch {
+    fn into_record_batch(self) -> Result<RecordBatch> {
+        Ok(self)
+    }
+}
+
+impl IntoRecordBatch for Result<RecordBatch> {
+    fn into_record_batch(self) -> Result<RecordBatch> {
+        self
+    }
+}
+
+impl Dataset {
+    /// Writes `batches` as new fragments of the next version without
+    /// publishing it. Batches are conformed to the schema; rows without an
+    /// `id` get the running row count of the dataset.
+    pub fn stage_append<I>(&self, batches: I) -> Result<StagedCommit>
+    where
+        I: IntoIterator<Item = Result<RecordBatch>>,
+    {
+        let schema = &self.manifest.schema;
+        let per_fragment = self.config().ingest.rows_per_fragment as u64;
+        let mut manifest = self.manifest.next("append");
+        let mut writer: Option<FragmentWriter> = None;
+        let mut appended = 0u64;
+        for batch in batches {
+            let batch = batch?;
+            let first_id = i64::try_from(manifest.rows_appended)
+                .map_err(|_| Error::Internal("row count overflows int64".into()))?;
+            let batch = conform_batch(schema, &batch, first_id, appended)?;
+            let mut start = 0usize;
+            while start < batch.num_rows() {
+                let w = match writer.as_mut() {
+                    Some(w) => w,
+                    None => {
+                        let id = manifest.next_fragment_id;
+                        manifest.next_fragment_id = id
+                            .checked_add(1)
+                            .ok_or_else(|| Error::Internal("fragment ids exhausted".into()))?;
+                        writer.insert(FragmentWriter::create(&self.root, id, schema)?)
+                    }
+                };
+                let room = (per_fragment - w.rows()) as usize;
+                let take = room.min(batch.num_rows() - start);
+                w.write(&batch.slice(start, take))?;
+                start += take;
+                if w.rows() == per_fragment {
+                    if let Some(full) = writer.take() {
+                        manifest.fragments.push(full.finish()?);
+                    }
+                }
+            }
+            manifest.rows_appended += batch.num_rows() as u64;
+            appended += batch.num_rows() as u64;
+        }
+        if let Some(w) = writer.take() {
+            if w.rows() > 0 {
+                manifest.fragments.push(w.finish()?);
+            }
+        }
+        if appended == 0 {
+            return Err(Error::InvalidArgument(
+                "nothing to append: the input has no rows".into(),
+            ));
+        }
+        sync_dir(&self.root.join(DATA_DIR))?;
+        Ok(StagedCommit {
+            dataset: self.clone(),
+            manifest,
+        })
+    }
+
+    /// Appends `batches` (Arrow record batches, or the results of
+    /// reading them) as a new version; the commit counts the rows added.
+    pub fn append<I>(&mut self, batches: I) -> Result<Commit>
+    where
+        I: IntoIterator,
+        I::Item: IntoRecordBatch,
+    {
+        let before = self.manifest.rows_appended;
+        *self = self
+            .stage_append(batches.into_iter().map(IntoRecordBatch::into_record_batch))?
+            .commit()?;
+        Ok(self.commit_answer(self.manifest.rows_appended - before, Vec::new()))
+    }
+
+    /// Deletes the visible rows matching `filter` (SQL) as a new version;
+    /// the commit counts the rows deleted. Deleting nothing commits
+    /// nothing (the version stays).
+    pub fn delete(&mut self, filter: &str) -> Result<Commit> {
+        let filter = crate::query::Filter::parse(filter, self.schema())?;
+        let mut manifest = self.manifest.next("delete");
+        let mut total = 0u64;
+        for (meta, view) in manifest.fragments.iter_mut().zip(self.fragments()?) {
+            let matched = filter.evaluate(&view.scalars(&filter.columns())?)?;
+            let mut deleted = view.deleted.as_deref().cloned().unwrap_or_default();
+            let before = deleted.len();
+            deleted |= matched;
+            let added = deleted.len() - before;
+            if added > 0 {
+                let (file, checksum) =
+                    write_deletions(&self.root, meta.id, manifest.version, &deleted)?;
+                meta.deletion_file = Some(file);
+                meta.deletion_checksum = Some(checksum);
+                meta.deleted_rows = deleted.len();
+                total += added;
+            }
+        }
+        if total == 0 {
+            return Ok(self.commit_answer(0, Vec::new()));
+        }
+        sync_dir(&self.root.join(DELETIONS_DIR))?;
+        commit_manifest(&self.root, &manifest)?;
+        *self = self.with_manifest(manifest);
+        Ok(self.commit_answer(total, Vec::new()))
+    }
+}
