@@ -6,7 +6,8 @@
 use loom::sync::atomic::AtomicUsize;
 use loom::sync::Arc;
 use loom::thread;
-use shoal::internals::{CancelToken, LoadPermits};
+use shoal::internals::LoadPermits;
+use shoal::CancelToken;
 use shoal::Error;
 use std::sync::atomic::Ordering::SeqCst;
 

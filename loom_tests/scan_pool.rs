@@ -7,7 +7,8 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use shoal::internals::{run_shared, CancelToken};
+use shoal::internals::run_shared;
+use shoal::CancelToken;
 use shoal::Error;
 use std::sync::atomic::Ordering::SeqCst;
 
