@@ -2,11 +2,11 @@
 //! print what happened.
 
 use super::args::{BenchModeArg, Cli, Command};
-use super::bench::{
-    run_batch, run_exact, run_ivf, write_json, BatchBenchOptions, ExactBenchOptions,
-    IvfBenchOptions, QueryShape,
-};
-use super::engine_bench::{run_engine_bench, EngineBenchOptions};
+use super::bench::batch::{run_batch, BatchBenchOptions};
+use super::bench::engine::{run_engine_bench, EngineBenchOptions};
+use super::bench::exact::{run_exact, ExactBenchOptions};
+use super::bench::ivf::{run_ivf, IvfBenchOptions};
+use super::bench::{write_json, QueryShape};
 use super::print::{committed, info, ingest_bar, progress_printer, write_results};
 use shoal::ingest::{ingest, read_vectors, Format, IngestOptions};
 use shoal::{

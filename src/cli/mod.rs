@@ -5,8 +5,5 @@ pub mod args;
 pub mod bench;
 pub mod commands;
 pub mod demo;
-pub mod engine_bench;
-mod fma_peak;
-mod plot;
 pub mod print;
 pub mod serve;

@@ -5,7 +5,7 @@
 //! Drawn with `plotters` into a PNG. Text needs a TrueType font: the first
 //! of `SHOAL_PLOT_FONT` and a few usual system paths that exists.
 
-use super::engine_bench::EngineRow;
+use super::engine::EngineRow;
 use plotters::prelude::*;
 use shoal::{Error, Result};
 use std::path::Path;

@@ -9,7 +9,7 @@
 //! two, pass by pass, and QPS is the median pass; latency percentiles pool
 //! every request of every pass. Nothing here is asserted on.
 
-use super::bench::{peak_rss_mib, recall_at_k, QueryShape};
+use super::{peak_rss_mib, recall_at_k, QueryShape};
 use serde::Serialize;
 use shoal::ingest::{read_ivecs, read_vectors};
 use shoal::Config;
