@@ -85,7 +85,7 @@ pub use storage::{Column, ColumnType, FragmentMeta, Manifest, Schema, ID_COLUMN}
 /// Lines, streamed in chunks and committed as one version.
 pub mod ingest {
     pub use crate::db::ingest::{ingest, IngestReport};
-    pub use crate::storage::ingest::{
+    pub use crate::storage::input::{
         read_ivecs, read_vectors, write_fvecs, write_ivecs, Format, IngestOptions,
     };
 }

@@ -1,6 +1,6 @@
 //! Ingest: reading an input file into a dataset, creating it on first use.
 //!
-//! The readers (`storage::ingest`) stream the input in chunks; this module
+//! The readers (`storage::input`) stream the input in chunks; this module
 //! opens or creates the dataset, appends every chunk as one new version and
 //! reports the input bytes read to the options' [`crate::Progress`]. A failed ingest commits
 //! nothing, and a failed first ingest leaves no dataset behind.
@@ -10,7 +10,7 @@ use crate::db::dataset::{Commit, Dataset};
 use crate::error::{Error, Result};
 use crate::kernel::Metric;
 use crate::progress::Progress;
-use crate::storage::ingest::{infer_schema, ChunkReader, Format, IngestOptions};
+use crate::storage::input::{infer_schema, ChunkReader, Format, IngestOptions};
 use crate::storage::manifest::VERSIONS_DIR;
 use crate::storage::ColumnType;
 use std::path::Path;
@@ -97,7 +97,7 @@ pub fn ingest(
 /// Appends the first chunk and the rest of `reader` as one commit.
 fn append_all(
     dataset: &mut Dataset,
-    first: crate::storage::ingest::Chunk,
+    first: crate::storage::input::Chunk,
     reader: &mut ChunkReader,
     progress: &dyn Fn(u64),
 ) -> Result<Commit> {

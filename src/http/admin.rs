@@ -192,7 +192,7 @@ pub(super) async fn append_rows(
     }
     let schema = handle.latest().schema().clone();
     let batch = tokio::task::spawn_blocking(move || {
-        crate::storage::ingest::json_rows_batch(&body.rows, &schema, "request body")
+        crate::storage::input::json_rows_batch(&body.rows, &schema, "request body")
     })
     .await
     .map_err(|e| Error::Internal(format!("a blocking task failed: {e}")))??;

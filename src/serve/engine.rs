@@ -131,7 +131,7 @@ impl Engine {
         }
         let session = self.core.session.clone();
         let root = self.core.data_dir.join(name);
-        let dataset = blocking(move || session.open(root)).await?;
+        let dataset = on_blocking_thread(move || session.open(root)).await?;
         let handle = DatasetHandle::new(name, Arc::clone(&self.core), dataset);
         handles.insert(name.to_string(), handle.clone());
         Ok(handle)
@@ -144,7 +144,7 @@ impl Engine {
         let mut handles = self.handles.lock().await;
         let session = self.core.session.clone();
         let root = self.core.data_dir.join(name);
-        let dataset = blocking(move || session.create(root, schema)).await?;
+        let dataset = on_blocking_thread(move || session.create(root, schema)).await?;
         let handle = DatasetHandle::new(name, Arc::clone(&self.core), dataset);
         handles.insert(name.to_string(), handle.clone());
         Ok(handle)
@@ -153,7 +153,7 @@ impl Engine {
     /// Names of the datasets under the data directory, sorted.
     pub async fn dataset_names(&self) -> Result<Vec<String>> {
         let dir = self.core.data_dir.clone();
-        blocking(move || dataset_names_in(&dir)).await
+        on_blocking_thread(move || dataset_names_in(&dir)).await
     }
 
     /// A snapshot of the engine's counters, histograms and gauges.
@@ -234,7 +234,7 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 }
 
 /// Runs file or CPU work on tokio's blocking threads.
-pub(crate) async fn blocking<T, F>(work: F) -> Result<T>
+pub(crate) async fn on_blocking_thread<T, F>(work: F) -> Result<T>
 where
     F: FnOnce() -> Result<T> + Send + 'static,
     T: Send + 'static,

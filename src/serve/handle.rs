@@ -5,7 +5,7 @@
 //! that a later search sees them and a queued one keeps what it resolved.
 
 use super::coalescer::{Message, Submission};
-use super::engine::{blocking, EngineCore};
+use super::engine::{on_blocking_thread, EngineCore};
 use super::reply::{reply_channel, ReplyReceiver};
 use super::scanner::{BatchKey, SearchRequest};
 use super::stats::Stats;
@@ -239,7 +239,7 @@ impl DatasetHandle {
         match version {
             None => Ok(latest),
             Some(v) if v == latest.version() => Ok(latest),
-            Some(v) => blocking(move || latest.checkout(v)).await,
+            Some(v) => on_blocking_thread(move || latest.checkout(v)).await,
         }
     }
 
@@ -304,7 +304,7 @@ impl DatasetHandle {
         let turn = std::sync::Arc::clone(&self.inner.writes).lock_owned().await;
         let inner = Arc::clone(&self.inner);
         let progress = self.progress.clone();
-        blocking(move || {
+        on_blocking_thread(move || {
             let _turn = turn;
             let latest = inner.latest();
             let mut dataset = match progress {

@@ -6,7 +6,7 @@ pub(crate) mod conform;
 pub(crate) mod deletions;
 pub(crate) mod fragment;
 pub(crate) mod index_meta;
-pub mod ingest;
+pub mod input;
 pub(crate) mod manifest;
 pub(crate) mod schema;
 

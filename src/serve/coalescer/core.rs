@@ -141,7 +141,7 @@ pub struct CoalescerCore<K, P> {
     /// (deadline, id) of every waiting request that has one.
     deadlines: BTreeSet<(Instant, u64)>,
     /// Set by [`CoalescerCore::shut_down`]: nothing more is admitted.
-    closed: bool,
+    stopping: bool,
 }
 
 impl<K: Clone + Eq + Hash, P> CoalescerCore<K, P> {
@@ -153,7 +153,7 @@ impl<K: Clone + Eq + Hash, P> CoalescerCore<K, P> {
             ready: VecDeque::new(),
             location: HashMap::new(),
             deadlines: BTreeSet::new(),
-            closed: false,
+            stopping: false,
         }
     }
 
@@ -187,7 +187,7 @@ impl<K: Clone + Eq + Hash, P> CoalescerCore<K, P> {
         key: K,
         request: Pending<P>,
     ) -> Result<(), (Refusal, Pending<P>)> {
-        if self.closed {
+        if self.stopping {
             return Err((Refusal::ShuttingDown, request));
         }
         if self.location.len() >= self.settings.max_pending {
@@ -256,7 +256,7 @@ impl<K: Clone + Eq + Hash, P> CoalescerCore<K, P> {
     /// Closes open groups, oldest first, until `free_slots` batches are
     /// ready: called when scan slots are free, so that requests need not
     /// wait out the window while the engine is idle.
-    pub fn take_all_when_idle(&mut self, free_slots: usize) {
+    pub fn close_oldest_for_free_slots(&mut self, free_slots: usize) {
         while self.ready.len() < free_slots {
             let oldest = self
                 .groups
@@ -274,7 +274,7 @@ impl<K: Clone + Eq + Hash, P> CoalescerCore<K, P> {
     /// [`Refusal::ShuttingDown`]) and closes every open group, so that what
     /// was admitted drains as ready batches.
     pub fn shut_down(&mut self) {
-        self.closed = true;
+        self.stopping = true;
         let keys: Vec<K> = self.groups.keys().cloned().collect();
         for key in keys {
             self.close(&key, FlushReason::Shutdown);
@@ -283,7 +283,7 @@ impl<K: Clone + Eq + Hash, P> CoalescerCore<K, P> {
 
     /// [`CoalescerCore::shut_down`] has been called.
     pub fn is_shut_down(&self) -> bool {
-        self.closed
+        self.stopping
     }
 
     /// The oldest ready batch, handed over for scanning: its requests can
@@ -426,11 +426,11 @@ mod tests {
         c.offer(t0, "old", req(1, t0, None)).unwrap();
         let t1 = t0 + Duration::from_micros(1);
         c.offer(t1, "new", req(2, t1, None)).unwrap();
-        c.take_all_when_idle(1);
+        c.close_oldest_for_free_slots(1);
         let b = c.pop_ready().unwrap();
         assert_eq!((b.key, b.reason), ("old", FlushReason::Idle));
         assert_eq!(c.open_groups(), 1);
-        c.take_all_when_idle(4);
+        c.close_oldest_for_free_slots(4);
         assert_eq!(c.pop_ready().unwrap().key, "new");
     }
 
@@ -506,7 +506,7 @@ mod tests {
         let expired = c.take_due(t0 + ms(5));
         assert_eq!(expired.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1]);
         assert_eq!(c.next_deadline(), Some(t0 + ms(50)));
-        c.take_all_when_idle(1);
+        c.close_oldest_for_free_slots(1);
         // A ready batch still loses requests whose deadline passes.
         let expired = c.take_due(t0 + ms(60));
         assert_eq!(expired.iter().map(|r| r.id).collect::<Vec<_>>(), vec![2]);

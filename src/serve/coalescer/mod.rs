@@ -189,7 +189,8 @@ impl CoalescerActor {
     fn dispatch(&mut self) {
         loop {
             if self.core.ready_len() == 0 && self.flush_when_idle {
-                self.core.take_all_when_idle(self.scanner.free_slots());
+                self.core
+                    .close_oldest_for_free_slots(self.scanner.free_slots());
             }
             if self.core.ready_len() == 0 {
                 return;
