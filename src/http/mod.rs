@@ -4,13 +4,13 @@
 //! share scans like in-process callers do); batch searches run as one
 //! explicit batch. A client that disconnects drops its handler's future,
 //! which cancels its search. Errors are JSON with the status from the
-//! error's kind (see [`error`]).
+//! error's kind (the table is in the README and `openapi.json`).
 
-pub mod admin;
-pub mod api;
-pub mod error;
-pub mod jobs;
-pub mod metrics;
+mod admin;
+mod api;
+mod error;
+mod jobs;
+mod metrics;
 
 use self::api::{hits_json, BatchBody, SearchBody};
 use self::error::ApiError;
