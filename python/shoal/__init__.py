@@ -1,0 +1,330 @@
+"""shoal: an embedded vector-search engine whose concurrent callers share scans.
+
+    import numpy as np, shoal
+    db = shoal.connect("data")
+    ds = db.create_dataset("docs", {"vector": np.random.rand(1000, 64).astype("float32")})
+    ds.create_index("ivf_flat", partitions=16)
+    table = ds.search(np.random.rand(64).astype("float32"), k=5)
+
+Searches from many asyncio tasks (``await ds.search_async(...)``) or threads
+(``ds.search(...)``) are gathered by the engine into shared scans; each
+caller gets exactly the rows it would have got alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import pyarrow as pa
+
+from . import _shoal
+from ._shoal import (
+    Cancelled,
+    Conflict,
+    DeadlineExceeded,
+    InternalError,
+    InvalidInput,
+    NotFound,
+    Overloaded,
+    ShoalError,
+)
+
+__all__ = [
+    "connect",
+    "Engine",
+    "Dataset",
+    "ShoalError",
+    "InvalidInput",
+    "NotFound",
+    "Conflict",
+    "Overloaded",
+    "Cancelled",
+    "DeadlineExceeded",
+    "InternalError",
+]
+
+Data = Union[pa.Table, pa.RecordBatch, Mapping[str, Any]]
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    raise InvalidInput(f"config value {value!r} is not a bool, number or string")
+
+
+def _config_toml(config: Union[None, str, os.PathLike, Mapping[str, Any]]) -> str:
+    """The config as TOML text: a path to a TOML file, or a dict of
+    sections (``{"coalescer": {"window_us": 500}}``)."""
+    if config is None:
+        return ""
+    if isinstance(config, (str, os.PathLike)):
+        with open(config, encoding="utf-8") as f:
+            return f.read()
+    if isinstance(config, Mapping):
+        lines = []
+        for section, keys in config.items():
+            if not isinstance(keys, Mapping):
+                raise InvalidInput(f"config section {section!r} must be a dict of keys")
+            lines.append(f"[{section}]")
+            lines.extend(f"{k} = {_toml_value(v)}" for k, v in keys.items())
+        return "\n".join(lines) + "\n"
+    raise InvalidInput("config must be None, a path to a TOML file or a dict")
+
+
+def _float32_vector(vector: Any) -> np.ndarray:
+    array = np.asarray(vector)
+    if array.dtype.kind != "f":
+        raise InvalidInput(
+            f"a query vector must hold floats, not {array.dtype} (convert it to float32)"
+        )
+    if array.ndim != 1:
+        raise InvalidInput(
+            f"a query vector must be 1-D, got shape {array.shape} "
+            "(use search_batch for a matrix of queries)"
+        )
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def _float32_matrix(matrix: Any) -> np.ndarray:
+    array = np.asarray(matrix)
+    if array.dtype.kind != "f":
+        raise InvalidInput(f"query vectors must hold floats, not {array.dtype}")
+    if array.ndim != 2:
+        raise InvalidInput(
+            f"query vectors must be a 2-D matrix (one row per query), got shape {array.shape} "
+            "(use search for one vector)"
+        )
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def _vector_column(array: np.ndarray) -> pa.Array:
+    """A 2-D float array as a fixed-size-list column of float32."""
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    rows, dim = array.shape
+    return pa.FixedSizeListArray.from_arrays(pa.array(array.reshape(-1)), dim)
+
+
+def _table(data: Data) -> Union[pa.Table, pa.RecordBatch]:
+    """`data` as Arrow: tables and record batches pass through; in a dict,
+    a 2-D float array becomes a vector column and the rest pyarrow arrays."""
+    if isinstance(data, (pa.Table, pa.RecordBatch)):
+        return data
+    if isinstance(data, Mapping):
+        columns = {}
+        for name, values in data.items():
+            array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else np.asarray(values)
+            if isinstance(array, np.ndarray) and array.ndim == 2:
+                if array.dtype.kind != "f":
+                    raise InvalidInput(f"vector column {name!r} must hold floats, not {array.dtype}")
+                columns[name] = _vector_column(array)
+            elif isinstance(array, np.ndarray) and array.ndim != 1:
+                raise InvalidInput(f"column {name!r} has {array.ndim} dimensions (1 or 2)")
+            else:
+                columns[name] = array
+        return pa.table(columns)
+    raise InvalidInput("data must be a pyarrow.Table, a pyarrow.RecordBatch or a dict of arrays")
+
+
+def _as_table(batch: pa.RecordBatch) -> pa.Table:
+    return pa.Table.from_batches([batch])
+
+
+class Dataset:
+    """One dataset served by an engine: add rows, delete, index, search."""
+
+    def __init__(self, native: "_shoal.Dataset"):
+        self._native = native
+
+    def __repr__(self) -> str:
+        return f"shoal.Dataset({self.name!r}, version={self.version}, rows={self.count_rows()})"
+
+    @property
+    def name(self) -> str:
+        """The dataset's name in its engine."""
+        return self._native.name
+
+    @property
+    def version(self) -> int:
+        """The latest version (every write makes a new one)."""
+        return self._native.version
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The stored schema (an int64 ``id`` first; vectors as fixed-size lists)."""
+        return self._native.schema
+
+    def count_rows(self) -> int:
+        """Rows visible in the latest version."""
+        return self._native.count_rows()
+
+    def add(self, data: Data) -> int:
+        """Appends rows (a table, a record batch or a dict of arrays) as a new
+        version; rows without an ``id`` get the running row count. Returns the
+        new version."""
+        return self._native.add(_table(data))
+
+    def delete(self, filter: str) -> int:
+        """Deletes the rows matching the SQL ``filter``; returns the version after."""
+        return self._native.delete(filter)
+
+    def create_index(
+        self,
+        index_type: str = "ivf_flat",
+        partitions: int = 256,
+        sub_vectors: Optional[int] = None,
+        column: Optional[str] = None,
+        seed: Optional[int] = None,
+    ) -> int:
+        """Builds an index (``ivf_flat``, ``ivf_pq`` with ``sub_vectors``, or
+        ``ivf_sq``) over ``column`` (the only vector column by default);
+        returns the version it committed."""
+        return self._native.create_index(index_type, partitions, sub_vectors, column, seed)
+
+    def search(
+        self,
+        vector: Any,
+        k: int = 10,
+        filter: Optional[str] = None,
+        select: Optional[Sequence[str]] = None,
+        nprobes: Optional[int] = None,
+        refine_factor: Optional[int] = None,
+        postfilter: bool = False,
+        column: Optional[str] = None,
+        version: Optional[int] = None,
+        exact: bool = False,
+        timeout_ms: Optional[int] = None,
+    ) -> pa.Table:
+        """The ``k`` nearest rows to ``vector`` (1-D float array) as a table of
+        ``id``, ``_distance`` and the ``select``-ed columns, nearest first.
+        Calls from many threads are coalesced into shared scans (the GIL is
+        released while waiting)."""
+        batch = self._native.search(
+            _float32_vector(vector), k, filter, postfilter, _names(select), nprobes,
+            refine_factor, column, version, exact, timeout_ms,
+        )
+        return _as_table(batch)
+
+    async def search_async(
+        self,
+        vector: Any,
+        k: int = 10,
+        filter: Optional[str] = None,
+        select: Optional[Sequence[str]] = None,
+        nprobes: Optional[int] = None,
+        refine_factor: Optional[int] = None,
+        postfilter: bool = False,
+        column: Optional[str] = None,
+        version: Optional[int] = None,
+        exact: bool = False,
+        timeout_ms: Optional[int] = None,
+    ) -> pa.Table:
+        """:meth:`search` as a coroutine: concurrent tasks share batches, and
+        cancelling the task cancels its search."""
+        batch = await self._native.search_async(
+            _float32_vector(vector), k, filter, postfilter, _names(select), nprobes,
+            refine_factor, column, version, exact, timeout_ms,
+        )
+        return _as_table(batch)
+
+    def search_batch(
+        self,
+        matrix: Any,
+        k: int = 10,
+        filter: Optional[str] = None,
+        select: Optional[Sequence[str]] = None,
+        nprobes: Optional[int] = None,
+        refine_factor: Optional[int] = None,
+        postfilter: bool = False,
+        column: Optional[str] = None,
+        version: Optional[int] = None,
+        exact: bool = False,
+    ) -> pa.Table:
+        """Every row of ``matrix`` (2-D float array) searched in one shared
+        scan: one table with a ``query_index`` column, then ``id``,
+        ``_distance`` and the selected columns, nearest first per query."""
+        batch, _ = self._native.search_batch(
+            _float32_matrix(matrix), k, filter, postfilter, _names(select), nprobes,
+            refine_factor, column, version, exact, False,
+        )
+        return _as_table(batch)
+
+    def explain(
+        self,
+        matrix: Any,
+        k: int = 10,
+        filter: Optional[str] = None,
+        select: Optional[Sequence[str]] = None,
+        nprobes: Optional[int] = None,
+        refine_factor: Optional[int] = None,
+        postfilter: bool = False,
+        column: Optional[str] = None,
+        version: Optional[int] = None,
+        exact: bool = False,
+    ) -> Dict[str, Any]:
+        """:meth:`search_batch`, with what the execution did: ``{"results":
+        table, "profile": dict}`` (mode, partitions probed and loaded, rows
+        scored, times)."""
+        batch, profile = self._native.search_batch(
+            _float32_matrix(matrix), k, filter, postfilter, _names(select), nprobes,
+            refine_factor, column, version, exact, True,
+        )
+        return {"results": _as_table(batch), "profile": json.loads(profile)}
+
+
+def _names(select: Optional[Sequence[str]]) -> Optional[List[str]]:
+    if select is None:
+        return None
+    if isinstance(select, str):
+        return [select]
+    return list(select)
+
+
+class Engine:
+    """A directory of datasets served by one coalescing engine."""
+
+    def __init__(self, path: Union[str, os.PathLike], config: Any = None):
+        self._native = _shoal.Engine(os.fspath(path), _config_toml(config))
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def create_dataset(self, name: str, data: Data, metric: str = "l2") -> Dataset:
+        """Creates dataset ``name`` from ``data`` (its schema from the data's:
+        2-D float arrays / fixed-size lists of float32 are vector columns with
+        ``metric``: ``l2``, ``cosine`` or ``dot``) and adds the rows."""
+        return Dataset(self._native.create_dataset(name, _table(data), metric))
+
+    def open(self, name: str) -> Dataset:
+        """Dataset ``name`` (``NotFound`` when there is none)."""
+        return Dataset(self._native.open(name))
+
+    def dataset_names(self) -> List[str]:
+        """The datasets under the engine's directory."""
+        return self._native.dataset_names()
+
+    def stats(self) -> Dict[str, Any]:
+        """The engine's counters: ``requests``, ``batches``,
+        ``mean_batch_size``, ``cancelled``, ``pending``, histograms, cache and
+        memory-budget figures."""
+        return json.loads(self._native.stats_json())
+
+    def close(self) -> None:
+        """Stops the engine (queued searches are answered first)."""
+        self._native.shutdown()
+
+
+def connect(path: Union[str, os.PathLike], config: Any = None) -> Engine:
+    """An engine over the datasets under ``path`` (created if missing).
+    ``config`` is a path to a TOML file or a dict of sections, e.g.
+    ``{"coalescer": {"window_us": 500}}`` (see shoal's config/default.toml)."""
+    return Engine(path, config)

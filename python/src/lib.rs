@@ -1,0 +1,680 @@
+//! `shoal._shoal`: the Python bindings' native half. Thin on purpose: each
+//! call converts its arguments (NumPy vectors without per-element Python
+//! objects, Arrow record batches through the C data interface), runs the
+//! crate's own `Engine` / `DatasetHandle` call with the GIL released, and
+//! converts the answer to Arrow. `shoal/__init__.py` holds the Python-side
+//! conveniences (dicts of NumPy arrays, dtype checks, tables).
+
+use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
+use arrow_array::{
+    Array, ArrayRef, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, UInt32Array,
+};
+use arrow_pyarrow::{FromPyArrow, ToPyArrow};
+use arrow_schema::{DataType, Field, Schema as ArrowSchema};
+use numpy::{PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use shoal::{
+    BatchQuery, ColumnType, Config, DatasetHandle, ErrorKind, FilterMode, IndexKind, IndexParams,
+    Metric, Nprobes, PerQueryParams, Query, ScalarValue, Schema, SearchResults,
+};
+use std::sync::Arc;
+
+create_exception!(_shoal, ShoalError, PyException, "Every error shoal raises.");
+create_exception!(
+    _shoal,
+    InvalidInput,
+    ShoalError,
+    "Bad input: nothing was changed."
+);
+create_exception!(
+    _shoal,
+    NotFound,
+    ShoalError,
+    "No such dataset, version or row."
+);
+create_exception!(
+    _shoal,
+    Conflict,
+    ShoalError,
+    "The dataset exists, or another writer won."
+);
+create_exception!(
+    _shoal,
+    Overloaded,
+    ShoalError,
+    "The engine is busy: retry later."
+);
+create_exception!(_shoal, Cancelled, ShoalError, "The search was cancelled.");
+create_exception!(
+    _shoal,
+    DeadlineExceeded,
+    ShoalError,
+    "The search did not start within its timeout."
+);
+create_exception!(
+    _shoal,
+    InternalError,
+    ShoalError,
+    "shoal or its storage failed."
+);
+
+/// A shoal error as the Python exception of its kind, message unchanged.
+fn to_py(e: shoal::Error) -> PyErr {
+    let message = e.to_string();
+    match e.kind() {
+        ErrorKind::InvalidInput => InvalidInput::new_err(message),
+        ErrorKind::NotFound => NotFound::new_err(message),
+        ErrorKind::Conflict => Conflict::new_err(message),
+        ErrorKind::Overloaded => Overloaded::new_err(message),
+        ErrorKind::Cancelled => Cancelled::new_err(message),
+        ErrorKind::DeadlineExceeded => DeadlineExceeded::new_err(message),
+        _ => InternalError::new_err(message),
+    }
+}
+
+fn invalid(message: impl Into<String>) -> PyErr {
+    InvalidInput::new_err(message.into())
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    pyo3_async_runtimes::tokio::get_runtime()
+}
+
+fn metric_of(name: &str) -> PyResult<Metric> {
+    match name {
+        "l2" => Ok(Metric::L2),
+        "cosine" => Ok(Metric::Cosine),
+        "dot" => Ok(Metric::Dot),
+        other => Err(invalid(format!(
+            "unknown metric '{other}' (l2, cosine or dot)"
+        ))),
+    }
+}
+
+/// The options of one search, as Python passes them.
+#[derive(Clone, Default)]
+struct Options {
+    filter: Option<String>,
+    postfilter: bool,
+    select: Vec<String>,
+    nprobes: Option<usize>,
+    refine_factor: Option<usize>,
+    column: Option<String>,
+    version: Option<u64>,
+    exact: bool,
+    timeout_ms: Option<u64>,
+}
+
+impl Options {
+    fn own(&self) -> PerQueryParams {
+        PerQueryParams {
+            filter: self.filter.clone(),
+            filter_mode: if self.postfilter {
+                FilterMode::Postfilter
+            } else {
+                FilterMode::Prefilter
+            },
+            projection: self.select.clone(),
+            nprobes: self.nprobes.map_or_else(Nprobes::default, Nprobes::Fixed),
+            refine_factor: self.refine_factor,
+        }
+    }
+
+    fn query(&self, vector: Vec<f32>, k: usize) -> Query {
+        let mut q = Query::new(vector, k);
+        q.own = self.own();
+        q.shared.column = self.column.clone();
+        q.shared.version = self.version;
+        if self.exact {
+            q.shared.mode = shoal::SearchMode::Exact;
+        }
+        q.timeout = self.timeout_ms.map(std::time::Duration::from_millis);
+        q
+    }
+
+    fn batch(&self, vectors: Vec<Vec<f32>>, k: usize) -> BatchQuery {
+        let mut b = BatchQuery::new(vectors, k);
+        b.own = shoal::PerQuery::All(self.own());
+        b.shared.column = self.column.clone();
+        b.shared.version = self.version;
+        if self.exact {
+            b.shared.mode = shoal::SearchMode::Exact;
+        }
+        b
+    }
+}
+
+/// A 1-D float32 NumPy vector, copied once into Rust.
+fn vector_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<f32>> {
+    let array: PyReadonlyArray1<f32> = v.extract().map_err(|_| {
+        invalid("a query vector must be a 1-D float32 NumPy array (one vector; use search_batch for a 2-D matrix)")
+    })?;
+    Ok(array.as_array().iter().copied().collect())
+}
+
+/// A 2-D float32 NumPy matrix, one query per row.
+fn matrix_of(m: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<f32>>> {
+    let array: PyReadonlyArray2<f32> = m.extract().map_err(|_| {
+        invalid("query vectors must be a 2-D float32 NumPy array (one row per query)")
+    })?;
+    Ok(array
+        .as_array()
+        .rows()
+        .into_iter()
+        .map(|r| r.iter().copied().collect())
+        .collect())
+}
+
+/// Rows as one Arrow batch: `query_index` (batches only), `id`,
+/// `_distance`, then the projected columns typed from the schema.
+fn results_batch(
+    results: &SearchResults,
+    schema: &Schema,
+    with_query_index: bool,
+) -> Result<RecordBatch, shoal::Error> {
+    let arrow_err = |e: arrow_schema::ArrowError| shoal::Error::Arrow(e.to_string());
+    let projection = results.projection_of(0).to_vec();
+    for i in 0..results.hits.len() {
+        if results.projection_of(i) != projection.as_slice() {
+            return Err(shoal::Error::InvalidArgument(
+                "queries of one call must select the same columns".into(),
+            ));
+        }
+    }
+    let rows: Vec<(u32, &shoal::Hit)> = results
+        .hits
+        .iter()
+        .enumerate()
+        .flat_map(|(q, hits)| hits.iter().map(move |h| (q as u32, h)))
+        .collect();
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    if with_query_index {
+        fields.push(Field::new("query_index", DataType::UInt32, false));
+        columns.push(Arc::new(UInt32Array::from_iter_values(
+            rows.iter().map(|r| r.0),
+        )));
+    }
+    fields.push(Field::new("id", DataType::Int64, false));
+    columns.push(Arc::new(Int64Array::from_iter_values(
+        rows.iter().map(|r| r.1.id),
+    )));
+    fields.push(Field::new("_distance", DataType::Float32, false));
+    columns.push(Arc::new(Float32Array::from_iter_values(
+        rows.iter().map(|r| r.1.distance),
+    )));
+    for (c, name) in projection.iter().enumerate() {
+        let column = schema.column(name)?;
+        let value = |r: &(u32, &shoal::Hit)| r.1.values.get(c).cloned();
+        let array: ArrayRef = match &column.ty {
+            ColumnType::Int64 => {
+                let mut b = Int64Builder::new();
+                for r in &rows {
+                    match value(r) {
+                        Some(ScalarValue::Int64(v)) => b.append_value(v),
+                        _ => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            ColumnType::Float64 => {
+                let mut b = Float64Builder::new();
+                for r in &rows {
+                    match value(r) {
+                        Some(ScalarValue::Float64(v)) => b.append_value(v),
+                        _ => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            ColumnType::Utf8 => {
+                let mut b = StringBuilder::new();
+                for r in &rows {
+                    match value(r) {
+                        Some(ScalarValue::Utf8(v)) => b.append_value(v),
+                        _ => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            ColumnType::Bool => {
+                let mut b = BooleanBuilder::new();
+                for r in &rows {
+                    match value(r) {
+                        Some(ScalarValue::Bool(v)) => b.append_value(v),
+                        _ => b.append_null(),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            ColumnType::Vector { dim, .. } => {
+                let mut flat = Vec::with_capacity(rows.len() * dim);
+                for r in &rows {
+                    match value(r) {
+                        Some(ScalarValue::Vector(v)) if v.len() == *dim => flat.extend(v),
+                        _ => flat.extend(std::iter::repeat_n(0.0, *dim)),
+                    }
+                }
+                let item = Arc::new(Field::new("item", DataType::Float32, false));
+                Arc::new(
+                    FixedSizeListArray::try_new(
+                        item,
+                        *dim as i32,
+                        Arc::new(Float32Array::from(flat)),
+                        None,
+                    )
+                    .map_err(arrow_err)?,
+                )
+            }
+        };
+        fields.push(Field::new(name, array.data_type().clone(), true));
+        columns.push(array);
+    }
+    RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), columns).map_err(arrow_err)
+}
+
+/// A dataset schema from an Arrow schema: `FixedSizeList<float32>` columns
+/// are vectors (with `metric`), integers, floats, strings and booleans
+/// scalars; an `id` column must be int64 and is the row id.
+fn schema_of(arrow: &ArrowSchema, metric: Metric) -> PyResult<Schema> {
+    let mut columns = Vec::new();
+    for f in arrow.fields() {
+        let ty = match f.data_type() {
+            DataType::FixedSizeList(item, dim) if item.data_type() == &DataType::Float32 => {
+                ColumnType::Vector {
+                    dim: *dim as usize,
+                    metric,
+                }
+            }
+            other => ColumnType::from_arrow_scalar(other).ok_or_else(|| {
+                invalid(format!(
+                    "column '{}' has type {other}, which shoal does not store (vectors are \
+                     fixed-size lists of float32; scalars are integers, floats, strings, booleans)",
+                    f.name()
+                ))
+            })?,
+        };
+        columns.push((f.name().clone(), ty));
+    }
+    Schema::new(columns).map_err(to_py)
+}
+
+/// Record batches from a `pyarrow.RecordBatch` or `pyarrow.Table`.
+fn batches_of(data: &Bound<'_, PyAny>) -> PyResult<Vec<RecordBatch>> {
+    let list = if data.hasattr("to_batches")? {
+        data.call_method0("to_batches")?
+    } else {
+        PyList::new(data.py(), [data])?.into_any()
+    };
+    let mut out = Vec::new();
+    for item in list.try_iter()? {
+        out.push(RecordBatch::from_pyarrow_bound(&item?)?);
+    }
+    Ok(out)
+}
+
+/// An engine over a directory of datasets: `shoal.connect(path)`.
+#[pyclass(module = "shoal._shoal", frozen)]
+struct Engine {
+    inner: shoal::Engine,
+}
+
+#[pymethods]
+impl Engine {
+    /// Starts an engine over `path` (created if missing) with the config
+    /// given as TOML text (empty: the defaults).
+    #[new]
+    #[pyo3(signature = (path, config_toml = ""))]
+    fn new(py: Python<'_>, path: std::path::PathBuf, config_toml: &str) -> PyResult<Engine> {
+        let config = if config_toml.is_empty() {
+            Config::default()
+        } else {
+            Config::from_toml_str(config_toml).map_err(to_py)?
+        };
+        let inner = py
+            .detach(|| {
+                let _guard = runtime().enter();
+                shoal::Engine::start(config, &path)
+            })
+            .map_err(to_py)?;
+        Ok(Engine { inner })
+    }
+
+    /// Creates dataset `name` from Arrow record batches (its schema from
+    /// the first one's) and appends them.
+    fn create_dataset(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        data: &Bound<'_, PyAny>,
+        metric: &str,
+    ) -> PyResult<Dataset> {
+        let batches = batches_of(data)?;
+        let Some(first) = batches.first() else {
+            return Err(invalid("the data has no record batch"));
+        };
+        let schema = schema_of(&first.schema(), metric_of(metric)?)?;
+        let engine = self.inner.clone();
+        let name = name.to_string();
+        let handle = py
+            .detach(|| {
+                runtime().block_on(async {
+                    let handle = engine.create_dataset(&name, schema).await?;
+                    if batches.iter().any(|b| b.num_rows() > 0) {
+                        handle.append(batches).await?;
+                    }
+                    Ok::<_, shoal::Error>(handle)
+                })
+            })
+            .map_err(to_py)?;
+        Ok(Dataset { handle })
+    }
+
+    /// Dataset `name`.
+    fn open(&self, py: Python<'_>, name: &str) -> PyResult<Dataset> {
+        let engine = self.inner.clone();
+        let name = name.to_string();
+        let handle = py
+            .detach(|| runtime().block_on(engine.dataset(&name)))
+            .map_err(to_py)?;
+        Ok(Dataset { handle })
+    }
+
+    /// The names of the datasets under the engine's directory.
+    fn dataset_names(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let engine = self.inner.clone();
+        py.detach(|| runtime().block_on(engine.dataset_names()))
+            .map_err(to_py)
+    }
+
+    /// The engine's counters as JSON text (`shoal.Engine.stats` parses it).
+    fn stats_json(&self) -> PyResult<String> {
+        let stats = self.inner.stats();
+        let mut value =
+            serde_json::to_value(&stats).map_err(|e| InternalError::new_err(e.to_string()))?;
+        if let Some(map) = value.as_object_mut() {
+            map.insert("mean_batch_size".into(), stats.mean_batch_size().into());
+        }
+        Ok(value.to_string())
+    }
+
+    /// Stops the engine: searches already queued are answered, later ones
+    /// fail with `Overloaded` (shutting down).
+    fn shutdown(&self, py: Python<'_>) {
+        let engine = self.inner.clone();
+        py.detach(|| runtime().block_on(engine.shutdown()));
+    }
+}
+
+/// One served dataset.
+#[pyclass(module = "shoal._shoal", frozen)]
+struct Dataset {
+    handle: DatasetHandle,
+}
+
+#[pymethods]
+impl Dataset {
+    /// The dataset's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.handle.name().to_string()
+    }
+
+    /// The latest version.
+    #[getter]
+    fn version(&self) -> u64 {
+        self.handle.version()
+    }
+
+    /// Rows visible in the latest version.
+    fn count_rows(&self) -> u64 {
+        self.handle.latest().count_rows()
+    }
+
+    /// The dataset's Arrow schema (as stored: vectors are fixed-size
+    /// lists of float32).
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.handle
+            .latest()
+            .schema()
+            .arrow_schema()
+            .as_ref()
+            .to_pyarrow(py)
+    }
+
+    /// The vector columns: `{name: (dim, metric)}`.
+    fn vector_columns(&self) -> Vec<(String, usize, String)> {
+        self.handle
+            .latest()
+            .schema()
+            .columns
+            .iter()
+            .filter_map(|c| match c.ty {
+                ColumnType::Vector { dim, metric } => {
+                    Some((c.name.clone(), dim, metric.to_string()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Appends Arrow record batches as a new version; returns it.
+    fn add(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let batches = batches_of(data)?;
+        let handle = self.handle.clone();
+        let commit = py
+            .detach(|| runtime().block_on(handle.append(batches)))
+            .map_err(to_py)?;
+        Ok(commit.version)
+    }
+
+    /// Deletes the rows matching `filter`; returns the version after it.
+    fn delete(&self, py: Python<'_>, filter: &str) -> PyResult<u64> {
+        let handle = self.handle.clone();
+        let commit = py
+            .detach(|| runtime().block_on(handle.delete(filter)))
+            .map_err(to_py)?;
+        Ok(commit.version)
+    }
+
+    /// Builds an index; returns the version it committed.
+    #[pyo3(signature = (index_type, partitions, sub_vectors = None, column = None, seed = None))]
+    fn create_index(
+        &self,
+        py: Python<'_>,
+        index_type: &str,
+        partitions: usize,
+        sub_vectors: Option<usize>,
+        column: Option<String>,
+        seed: Option<u64>,
+    ) -> PyResult<u64> {
+        let kind = match (index_type, sub_vectors) {
+            ("ivf_flat", None) => IndexKind::IvfFlat,
+            ("ivf_sq", None) => IndexKind::IvfSq,
+            ("ivf_pq", Some(m)) => IndexKind::IvfPq { sub_vectors: m },
+            ("ivf_pq", None) => return Err(invalid("ivf_pq needs sub_vectors")),
+            ("ivf_flat" | "ivf_sq", Some(_)) => {
+                return Err(invalid("sub_vectors only applies to ivf_pq"))
+            }
+            (other, _) => {
+                return Err(invalid(format!(
+                    "unknown index type '{other}' (ivf_flat, ivf_pq or ivf_sq)"
+                )))
+            }
+        };
+        let mut params = IndexParams::new(kind, partitions);
+        if let Some(seed) = seed {
+            params.seed = seed;
+        }
+        let handle = self.handle.clone();
+        let commit = py
+            .detach(|| runtime().block_on(handle.create_index(column.as_deref(), params)))
+            .map_err(to_py)?;
+        Ok(commit.version)
+    }
+
+    /// One vector's nearest rows, coalesced with concurrent searches (the
+    /// GIL released while it waits). Returns a `pyarrow.RecordBatch`.
+    #[pyo3(signature = (vector, k, filter = None, postfilter = false, select = None, nprobes = None, refine_factor = None, column = None, version = None, exact = false, timeout_ms = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        vector: &Bound<'py, PyAny>,
+        k: usize,
+        filter: Option<String>,
+        postfilter: bool,
+        select: Option<Vec<String>>,
+        nprobes: Option<usize>,
+        refine_factor: Option<usize>,
+        column: Option<String>,
+        version: Option<u64>,
+        exact: bool,
+        timeout_ms: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = Options {
+            filter,
+            postfilter,
+            select: select.unwrap_or_default(),
+            nprobes,
+            refine_factor,
+            column,
+            version,
+            exact,
+            timeout_ms,
+        };
+        let query = options.query(vector_of(vector)?, k);
+        let handle = self.handle.clone();
+        let batch = py
+            .detach(|| {
+                let response = runtime().block_on(handle.search(&query))?;
+                let results = SearchResults {
+                    version: response.version,
+                    projection: response.projection,
+                    projections: Vec::new(),
+                    hits: vec![response.hits],
+                };
+                results_batch(&results, handle.latest().schema(), false)
+            })
+            .map_err(to_py)?;
+        batch.to_pyarrow(py)
+    }
+
+    /// [`Dataset::search`] as an awaitable: it goes through the engine's
+    /// coalescer like every other search; cancelling the task cancels it.
+    #[pyo3(signature = (vector, k, filter = None, postfilter = false, select = None, nprobes = None, refine_factor = None, column = None, version = None, exact = false, timeout_ms = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn search_async<'py>(
+        &self,
+        py: Python<'py>,
+        vector: &Bound<'py, PyAny>,
+        k: usize,
+        filter: Option<String>,
+        postfilter: bool,
+        select: Option<Vec<String>>,
+        nprobes: Option<usize>,
+        refine_factor: Option<usize>,
+        column: Option<String>,
+        version: Option<u64>,
+        exact: bool,
+        timeout_ms: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = Options {
+            filter,
+            postfilter,
+            select: select.unwrap_or_default(),
+            nprobes,
+            refine_factor,
+            column,
+            version,
+            exact,
+            timeout_ms,
+        };
+        let query = options.query(vector_of(vector)?, k);
+        let handle = self.handle.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let response = handle.search(&query).await.map_err(to_py)?;
+            let results = SearchResults {
+                version: response.version,
+                projection: response.projection,
+                projections: Vec::new(),
+                hits: vec![response.hits],
+            };
+            let batch = results_batch(&results, handle.latest().schema(), false).map_err(to_py)?;
+            Python::attach(|py| batch.to_pyarrow(py).map(Bound::unbind))
+        })
+    }
+
+    /// Many vectors (a 2-D float32 matrix) in one shared scan: one batch
+    /// of rows with a `query_index` column. With `explain`, also the
+    /// profile as JSON text.
+    #[pyo3(signature = (matrix, k, filter = None, postfilter = false, select = None, nprobes = None, refine_factor = None, column = None, version = None, exact = false, explain = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn search_batch<'py>(
+        &self,
+        py: Python<'py>,
+        matrix: &Bound<'py, PyAny>,
+        k: usize,
+        filter: Option<String>,
+        postfilter: bool,
+        select: Option<Vec<String>>,
+        nprobes: Option<usize>,
+        refine_factor: Option<usize>,
+        column: Option<String>,
+        version: Option<u64>,
+        exact: bool,
+        explain: bool,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<String>)> {
+        let options = Options {
+            filter,
+            postfilter,
+            select: select.unwrap_or_default(),
+            nprobes,
+            refine_factor,
+            column,
+            version,
+            exact,
+            timeout_ms: None,
+        };
+        let batch = options.batch(matrix_of(matrix)?, k);
+        let handle = self.handle.clone();
+        let (rows, profile) = py
+            .detach(|| {
+                let (results, profile) = runtime().block_on(handle.explain(&batch))?;
+                let rows = results_batch(&results, handle.latest().schema(), true)?;
+                let profile = if explain {
+                    serde_json::to_string(&profile).ok()
+                } else {
+                    None
+                };
+                Ok::<_, shoal::Error>((rows, profile))
+            })
+            .map_err(to_py)?;
+        Ok((rows.to_pyarrow(py)?, profile))
+    }
+}
+
+/// The native module.
+#[pymodule]
+fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Engine>()?;
+    m.add_class::<Dataset>()?;
+    for (name, ty) in [
+        ("ShoalError", py.get_type::<ShoalError>()),
+        ("InvalidInput", py.get_type::<InvalidInput>()),
+        ("NotFound", py.get_type::<NotFound>()),
+        ("Conflict", py.get_type::<Conflict>()),
+        ("Overloaded", py.get_type::<Overloaded>()),
+        ("Cancelled", py.get_type::<Cancelled>()),
+        ("DeadlineExceeded", py.get_type::<DeadlineExceeded>()),
+        ("InternalError", py.get_type::<InternalError>()),
+    ] {
+        m.add(name, ty)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,218 @@
+"""The Python package against independent references: exact searches
+against a NumPy brute force, every coalesced (asyncio, threads) and batched
+answer against the same query searched alone, and bad input refused with
+the exception of its kind, changing nothing."""
+
+import asyncio
+import concurrent.futures
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import shoal
+
+DIM = 16
+ROWS = 3000
+
+
+def make_vectors(seed, n=ROWS, dim=DIM):
+    rng = np.random.default_rng(seed)
+    # Small integer coordinates: exact distance ties are common.
+    return rng.integers(-4, 5, size=(n, dim)).astype(np.float32)
+
+
+@pytest.fixture()
+def db(tmp_path):
+    engine = shoal.connect(tmp_path / "data", config={"coalescer": {"window_us": 2000}})
+    yield engine
+    engine.close()
+
+
+@pytest.fixture()
+def docs(db):
+    vectors = make_vectors(1)
+    data = {
+        "vector": vectors,
+        "category": np.array(["noun", "verb", "adj"])[np.arange(ROWS) % 3],
+        "len": np.arange(ROWS) % 25,
+    }
+    ds = db.create_dataset("docs", data)
+    ds.create_index("ivf_flat", partitions=16, seed=7)
+    return ds, vectors, data
+
+
+def brute_force(vectors, query, k, mask=None):
+    """Ids of the k nearest rows by squared L2 in float64, ties by id."""
+    d = ((vectors.astype(np.float64) - query.astype(np.float64)) ** 2).sum(axis=1)
+    ids = np.arange(len(vectors))
+    if mask is not None:
+        d, ids = d[mask], ids[mask]
+    order = np.lexsort((ids, d))[:k]
+    return ids[order].tolist(), d[order].tolist()
+
+
+def test_create_add_delete_and_describe(db):
+    vectors = make_vectors(2, n=100)
+    ds = db.create_dataset("small", {"vector": vectors, "tag": np.arange(100) % 4})
+    assert ds.count_rows() == 100
+    assert ds.version == 2
+    assert ds.schema.field("vector").type == pa.list_(pa.field("item", pa.float32(), False), DIM)
+    assert ds.schema.names == ["id", "vector", "tag"]
+    more = pa.table({"vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors[:10].ravel()), DIM),
+                     "tag": pa.array(np.full(10, 9))})
+    assert ds.add(more) == 3
+    assert ds.count_rows() == 110
+    assert ds.delete("tag = 9") == 4
+    assert ds.count_rows() == 100
+    assert ds.delete("tag = 9") == 4, "deleting nothing commits nothing"
+    assert sorted(db.dataset_names()) == ["small"]
+    assert db.open("small").version == 4
+    batch = pa.record_batch({"vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors[:2].ravel()), DIM),
+                             "tag": pa.array([1, 2])})
+    assert db.create_dataset("from_batch", batch, metric="cosine").count_rows() == 2
+
+
+def test_exact_search_equals_numpy_brute_force(docs):
+    ds, vectors, data = docs
+    for i in [0, 17, 999]:
+        q = vectors[i] + 0.25
+        table = ds.search(q, k=10, exact=True)
+        ids, dist = brute_force(vectors, q, 10)
+        assert table.column("id").to_pylist() == ids
+        assert np.allclose(table.column("_distance").to_numpy(), dist, rtol=1e-5)
+        mask = data["len"] < 7
+        table = ds.search(q, k=10, exact=True, filter="len < 7", select=["len", "category"])
+        assert table.column("id").to_pylist() == brute_force(vectors, q, 10, mask)[0]
+        assert all(n < 7 for n in table.column("len").to_pylist())
+        assert table.column_names == ["id", "_distance", "len", "category"]
+
+
+def test_search_batch_rows_equal_single_searches(docs):
+    ds, vectors, _ = docs
+    queries = vectors[:20] + 0.5
+    table = ds.search_batch(queries, k=7, nprobes=4, filter="category = 'noun'", select=["category"])
+    assert table.column_names == ["query_index", "id", "_distance", "category"]
+    for i in range(20):
+        rows = table.filter(pc.equal(table["query_index"], i))
+        alone = ds.search(queries[i], k=7, nprobes=4, filter="category = 'noun'", select=["category"])
+        assert rows.drop_columns(["query_index"]).to_pydict() == alone.to_pydict()
+    explained = ds.explain(queries, k=7, nprobes=4)
+    assert explained["profile"]["mode"] == "shared_scan"
+    assert explained["profile"]["queries"] == 20
+    assert explained["results"].num_rows == 140
+
+
+def test_gathered_asyncio_searches_share_batches_and_get_their_solo_answers(docs, db):
+    ds, vectors, _ = docs
+    queries = vectors[100:164] + 0.5
+    filters = [None, "len < 10", "category = 'verb'", "len >= 3 AND category != 'adj'"]
+
+    async def gathered():
+        return await asyncio.gather(*[
+            ds.search_async(q, k=5, nprobes=4, filter=filters[i % 4], select=["len"])
+            for i, q in enumerate(queries)
+        ])
+
+    before = db.stats()
+    answers = asyncio.run(gathered())
+    after = db.stats()
+    searches = after["requests"] - before["requests"]
+    batches = after["batches"] - before["batches"]
+    assert searches == 64
+    assert batches < searches, f"{batches} batches for {searches} searches"
+    for i, (q, answer) in enumerate(zip(queries, answers)):
+        assert answer.to_pydict() == ds.search(q, k=5, nprobes=4, filter=filters[i % 4], select=["len"]).to_pydict()
+
+
+def test_searches_from_threads_share_batches_too(docs, db):
+    ds, vectors, _ = docs
+    queries = vectors[200:264] + 0.5
+    start = threading.Barrier(32)
+
+    def one(i):
+        start.wait() if i < 32 else None
+        return ds.search(queries[i], k=5, nprobes=4).to_pydict()
+
+    before = db.stats()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
+        answers = list(pool.map(one, range(64)))
+    after = db.stats()
+    assert after["requests"] - before["requests"] == 64
+    assert after["batches"] - before["batches"] < 64
+    for q, answer in zip(queries, answers):
+        assert answer == ds.search(q, k=5, nprobes=4).to_pydict()
+
+
+def test_a_cancelled_task_leaves_no_pending_search(tmp_path):
+    # A long window holds the search in the coalescer while it is cancelled.
+    db = shoal.connect(tmp_path / "slow", config={"coalescer": {"window_us": 2_000_000, "flush_when_idle": False}})
+    ds = db.create_dataset("d", {"vector": make_vectors(3, n=500)})
+
+    async def cancel_one():
+        task = asyncio.ensure_future(ds.search_async(make_vectors(4, n=1)[0], k=3))
+        await asyncio.sleep(0.05)
+        assert db.stats()["pending"] == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(200):
+            if db.stats()["pending"] == 0:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"still pending: {db.stats()}")
+
+    asyncio.run(cancel_one())
+    db.close()
+
+
+def test_bad_input_raises_its_kind_and_changes_nothing(docs, db):
+    ds, vectors, _ = docs
+    version, rows = ds.version, ds.count_rows()
+    cases = [
+        (lambda: ds.search(np.arange(DIM), k=3), shoal.InvalidInput),  # integer dtype
+        (lambda: ds.search(vectors[0][:5], k=3), shoal.InvalidInput),  # wrong dimension
+        (lambda: ds.search(np.full(DIM, np.nan, dtype=np.float32), k=3), shoal.InvalidInput),
+        (lambda: ds.search(vectors[:2], k=3), shoal.InvalidInput),  # 2-D to search
+        (lambda: ds.search_batch(vectors[0], k=3), shoal.InvalidInput),  # 1-D to search_batch
+        (lambda: ds.search(vectors[0], k=0), shoal.InvalidInput),
+        (lambda: ds.search(vectors[0], k=3, select=["nope"]), shoal.InvalidInput),
+        (lambda: ds.search(vectors[0], k=3, filter="len >"), shoal.InvalidInput),
+        (lambda: ds.search(vectors[0], k=3, filter="colour = 'red'"), shoal.InvalidInput),
+        (lambda: ds.delete("nope = 1"), shoal.InvalidInput),
+        (lambda: ds.add({"vector": vectors[:3, :5]}), shoal.InvalidInput),
+        (lambda: ds.add({"vector": np.full((2, DIM), np.inf, dtype=np.float32)}), shoal.InvalidInput),
+        (lambda: ds.create_index("hnsw", partitions=4), shoal.InvalidInput),
+        (lambda: db.open("missing"), shoal.NotFound),
+        (lambda: db.create_dataset("docs", {"vector": vectors[:2]}), shoal.Conflict),
+        (lambda: ds.search(vectors[0], k=3, version=999), shoal.NotFound),
+    ]
+    for call, kind in cases:
+        with pytest.raises(kind) as caught:
+            call()
+        assert isinstance(caught.value, shoal.ShoalError)
+        assert str(caught.value)
+    assert (ds.version, ds.count_rows()) == (version, rows)
+    async def bad_async():
+        await ds.search_async(vectors[0][:3], k=3)
+    with pytest.raises(shoal.InvalidInput):
+        asyncio.run(bad_async())
+
+
+def test_float64_vectors_are_converted(docs):
+    ds, vectors, _ = docs
+    as64 = ds.search(vectors[5].astype(np.float64), k=4, nprobes=4).to_pydict()
+    assert as64 == ds.search(vectors[5], k=4, nprobes=4).to_pydict()
+
+
+def test_other_index_types_and_stats(docs, db):
+    ds, vectors, _ = docs
+    ds.create_index("ivf_pq", partitions=8, sub_vectors=4)
+    assert ds.search(vectors[0], k=5, nprobes=8, refine_factor=4).num_rows == 5
+    ds.create_index("ivf_sq", partitions=8)
+    assert ds.search(vectors[0], k=5, nprobes=8).num_rows == 5
+    stats = db.stats()
+    for key in ["requests", "batches", "mean_batch_size", "cancelled", "pending"]:
+        assert key in stats
