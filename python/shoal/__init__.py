@@ -13,6 +13,8 @@ caller gets exactly the rows it would have got alone.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
@@ -141,6 +143,9 @@ class Dataset:
 
     def __init__(self, native: "_shoal.Dataset"):
         self._native = native
+        # Searches made in this turn of each event loop, submitted together
+        # at its end (see `_submit_turn`).
+        self._turns: Dict[int, List[Any]] = {}
 
     def __repr__(self) -> str:
         return f"shoal.Dataset({self.name!r}, version={self.version}, rows={self.count_rows()})"
@@ -227,11 +232,36 @@ class Dataset:
     ) -> pa.Table:
         """:meth:`search` as a coroutine: concurrent tasks share batches, and
         cancelling the task cancels its search."""
-        batch = await self._native.search_async(
+        request = (
             _float32_vector(vector), k, filter, postfilter, _names(select), nprobes,
             refine_factor, column, version, exact, timeout_ms,
         )
-        return _as_table(batch)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        turn = self._turns.get(id(loop))
+        if turn is None:
+            turn = self._turns[id(loop)] = []
+            loop.call_soon(self._submit_turn, loop)
+        turn.append((request, future))
+        return _as_table(await future)
+
+    def _submit_turn(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hands the searches of one loop turn to the engine at once, so that
+        they arrive together; answers come back in groups (`_deliver`)."""
+        turn = self._turns.pop(id(loop), [])
+        live = [(r, f) for r, f in turn if not f.done()]
+        if not live:
+            return
+        futures = [f for _, f in live]
+        try:
+            cancels = self._native.submit([r for r, _ in live], loop, functools.partial(_deliver, futures))
+        except BaseException as e:  # a bad request fails the searches it came with
+            for f in futures:
+                if not f.done():
+                    f.set_exception(e)
+            return
+        for f, cancel in zip(futures, cancels):
+            f.add_done_callback(lambda f, cancel=cancel: f.cancelled() and cancel.cancel())
 
     def search_batch(
         self,
@@ -276,6 +306,18 @@ class Dataset:
             refine_factor, column, version, exact, True,
         )
         return {"results": _as_table(batch), "profile": json.loads(profile)}
+
+
+def _deliver(futures: List["asyncio.Future[Any]"], items: List[Any]) -> None:
+    """Answers of one group: `(index, record batch, exception)` each."""
+    for index, batch, error in items:
+        future = futures[index]
+        if future.done():  # cancelled meanwhile
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(batch)
 
 
 def _names(select: Optional[Sequence[str]]) -> Optional[List[str]]:

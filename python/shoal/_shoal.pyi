@@ -1,7 +1,7 @@
 """Type stubs of the native module (`shoal._shoal`). Use the `shoal`
 package's `connect`, `Engine` and `Dataset`, which wrap these."""
 
-from typing import List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -15,6 +15,9 @@ class Overloaded(ShoalError): ...
 class Cancelled(ShoalError): ...
 class DeadlineExceeded(ShoalError): ...
 class InternalError(ShoalError): ...
+
+class Cancel:
+    def cancel(self) -> None: ...
 
 class Engine:
     def __init__(self, path: str, config_toml: str = "") -> None: ...
@@ -57,20 +60,12 @@ class Dataset:
         exact: bool = False,
         timeout_ms: Optional[int] = None,
     ) -> pa.RecordBatch: ...
-    async def search_async(
+    def submit(
         self,
-        vector: npt.NDArray[np.float32],
-        k: int,
-        filter: Optional[str] = None,
-        postfilter: bool = False,
-        select: Optional[List[str]] = None,
-        nprobes: Optional[int] = None,
-        refine_factor: Optional[int] = None,
-        column: Optional[str] = None,
-        version: Optional[int] = None,
-        exact: bool = False,
-        timeout_ms: Optional[int] = None,
-    ) -> pa.RecordBatch: ...
+        requests: List[tuple],
+        event_loop: Any,
+        deliver: Callable[[List[Tuple[int, Optional[pa.RecordBatch], Optional[BaseException]]]], None],
+    ) -> List[Cancel]: ...
     def search_batch(
         self,
         matrix: npt.NDArray[np.float32],

@@ -79,8 +79,19 @@ fn invalid(message: impl Into<String>) -> PyErr {
     InvalidInput::new_err(message.into())
 }
 
+/// The runtime the engines run on (their coalescer actors, the blocking
+/// calls' waits): not the one that completes asyncio futures, whose
+/// threads wait for the GIL and must never hold up a coalescer.
 fn runtime() -> &'static tokio::runtime::Runtime {
-    pyo3_async_runtimes::tokio::get_runtime()
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("shoal-engine")
+            .enable_all()
+            .build()
+            .expect("the engine's tokio runtime starts")
+    })
 }
 
 fn metric_of(name: &str) -> PyResult<Metric> {
@@ -415,6 +426,39 @@ struct Dataset {
     handle: DatasetHandle,
 }
 
+/// Stops one submitted search (the asyncio future it answers was
+/// cancelled).
+#[pyclass(module = "shoal._shoal", frozen)]
+struct Cancel {
+    token: shoal::CancelToken,
+}
+
+#[pymethods]
+impl Cancel {
+    /// Cancels the search: it leaves the coalescer (or its scan) and its
+    /// answer is never delivered.
+    fn cancel(&self) {
+        self.token.cancel();
+    }
+}
+
+/// One search as `Dataset.submit` takes it: `(vector, k, filter,
+/// postfilter, select, nprobes, refine_factor, column, version, exact,
+/// timeout_ms)`.
+type Request<'py> = (
+    Bound<'py, PyAny>,
+    usize,
+    Option<String>,
+    bool,
+    Option<Vec<String>>,
+    Option<usize>,
+    Option<usize>,
+    Option<String>,
+    Option<u64>,
+    bool,
+    Option<u64>,
+);
+
 #[pymethods]
 impl Dataset {
     /// The dataset's name.
@@ -564,49 +608,116 @@ impl Dataset {
         batch.to_pyarrow(py)
     }
 
-    /// [`Dataset::search`] as an awaitable: it goes through the engine's
-    /// coalescer like every other search; cancelling the task cancels it.
-    #[pyo3(signature = (vector, k, filter = None, postfilter = false, select = None, nprobes = None, refine_factor = None, column = None, version = None, exact = false, timeout_ms = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn search_async<'py>(
+    /// Submits searches made in one turn of an asyncio loop, each to the
+    /// engine's coalescer on its own, and returns one `Cancel` per search.
+    /// Answers are handed to `deliver` on the loop's thread, as a list of
+    /// `(index, record batch or None, exception or None)` for every answer
+    /// that is ready at once: one wake-up of the loop and one GIL hold per
+    /// group, not per search, which is what lets many tasks share batches.
+    fn submit(
         &self,
-        py: Python<'py>,
-        vector: &Bound<'py, PyAny>,
-        k: usize,
-        filter: Option<String>,
-        postfilter: bool,
-        select: Option<Vec<String>>,
-        nprobes: Option<usize>,
-        refine_factor: Option<usize>,
-        column: Option<String>,
-        version: Option<u64>,
-        exact: bool,
-        timeout_ms: Option<u64>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let options = Options {
+        requests: Vec<Request<'_>>,
+        event_loop: Bound<'_, PyAny>,
+        deliver: Bound<'_, PyAny>,
+    ) -> PyResult<Vec<Cancel>> {
+        let mut queries = Vec::with_capacity(requests.len());
+        for (
+            vector,
+            k,
             filter,
             postfilter,
-            select: select.unwrap_or_default(),
+            select,
             nprobes,
             refine_factor,
             column,
             version,
             exact,
             timeout_ms,
-        };
-        let query = options.query(vector_of(vector)?, k);
-        let handle = self.handle.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let response = handle.search(&query).await.map_err(to_py)?;
-            let results = SearchResults {
-                version: response.version,
-                projection: response.projection,
-                projections: Vec::new(),
-                hits: vec![response.hits],
+        ) in requests
+        {
+            let options = Options {
+                filter,
+                postfilter,
+                select: select.unwrap_or_default(),
+                nprobes,
+                refine_factor,
+                column,
+                version,
+                exact,
+                timeout_ms,
             };
-            let batch = results_batch(&results, handle.latest().schema(), false).map_err(to_py)?;
-            Python::attach(|py| batch.to_pyarrow(py).map(Bound::unbind))
-        })
+            let token = shoal::CancelToken::new();
+            queries.push(options.query(vector_of(&vector)?, k).cancel_token(token));
+        }
+        let cancels = queries
+            .iter()
+            .map(|q| Cancel {
+                token: q.cancel.clone().unwrap_or_default(),
+            })
+            .collect();
+        let handle = self.handle.clone();
+        let event_loop = event_loop.unbind();
+        let deliver = deliver.unbind();
+        runtime().spawn(async move {
+            let mut running = tokio::task::JoinSet::new();
+            let mut index_of = std::collections::HashMap::new();
+            for (i, query) in queries.into_iter().enumerate() {
+                let handle = handle.clone();
+                let task = running.spawn(async move {
+                    let answer = handle.search(&query).await.and_then(|response| {
+                        let results = SearchResults {
+                            version: response.version,
+                            projection: response.projection,
+                            projections: Vec::new(),
+                            hits: vec![response.hits],
+                        };
+                        results_batch(&results, handle.latest().schema(), false)
+                    });
+                    (i, answer)
+                });
+                index_of.insert(task.id(), i);
+            }
+            while let Some(first) = running.join_next().await {
+                let mut ready = vec![first];
+                while let Some(more) = running.try_join_next() {
+                    ready.push(more);
+                }
+                // A task that panicked still answers its caller.
+                let ready: Vec<(usize, Result<RecordBatch, shoal::Error>)> = ready
+                    .into_iter()
+                    .filter_map(|joined| match joined {
+                        Ok(pair) => Some(pair),
+                        Err(e) => index_of.get(&e.id()).map(|&i| {
+                            (
+                                i,
+                                Err(shoal::Error::Internal(format!("a search task failed: {e}"))),
+                            )
+                        }),
+                    })
+                    .collect();
+                Python::attach(|py| {
+                    let items = PyList::empty(py);
+                    for (i, answer) in ready {
+                        let item = match answer {
+                            Ok(batch) => match batch.to_pyarrow(py) {
+                                Ok(b) => (i, b.unbind(), py.None()),
+                                Err(e) => (i, py.None(), e.into_value(py).into_any()),
+                            },
+                            Err(e) => (i, py.None(), to_py(e).into_value(py).into_any()),
+                        };
+                        let _ = items.append(item);
+                    }
+                    // The loop may have closed (its program ended): then
+                    // nobody waits for these answers.
+                    let _ = event_loop.call_method1(
+                        py,
+                        "call_soon_threadsafe",
+                        (deliver.clone_ref(py), items),
+                    );
+                });
+            }
+        });
+        Ok(cancels)
     }
 
     /// Many vectors (a 2-D float32 matrix) in one shared scan: one batch
@@ -664,6 +775,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Engine>()?;
     m.add_class::<Dataset>()?;
+    m.add_class::<Cancel>()?;
     for (name, ty) in [
         ("ShoalError", py.get_type::<ShoalError>()),
         ("InvalidInput", py.get_type::<InvalidInput>()),
