@@ -14,9 +14,9 @@ caller gets exactly the rows it would have got alone.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
+import weakref
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -247,20 +247,23 @@ class Dataset:
 
     def _submit_turn(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hands the searches of one loop turn to the engine at once, so that
-        they arrive together; answers come back in groups (`_deliver`)."""
+        they arrive together; their answers come back through the loop's
+        mailbox (`_Mailbox`)."""
         turn = self._turns.pop(id(loop), [])
         live = [(r, f) for r, f in turn if not f.done()]
         if not live:
             return
-        futures = [f for _, f in live]
+        mailbox = _Mailbox.of(loop)
+        first = mailbox.reserve(f for _, f in live)
         try:
-            cancels = self._native.submit([r for r, _ in live], loop, functools.partial(_deliver, futures))
+            cancels = self._native.submit([r for r, _ in live], mailbox.native, first)
         except BaseException as e:  # a bad request fails the searches it came with
-            for f in futures:
+            mailbox.forget(first, len(live))
+            for _, f in live:
                 if not f.done():
                     f.set_exception(e)
             return
-        for f, cancel in zip(futures, cancels):
+        for (_, f), cancel in zip(live, cancels):
             f.add_done_callback(lambda f, cancel=cancel: f.cancelled() and cancel.cancel())
 
     def search_batch(
@@ -308,16 +311,50 @@ class Dataset:
         return {"results": _as_table(batch), "profile": json.loads(profile)}
 
 
-def _deliver(futures: List["asyncio.Future[Any]"], items: List[Any]) -> None:
-    """Answers of one group: `(index, record batch, exception)` each."""
-    for index, batch, error in items:
-        future = futures[index]
-        if future.done():  # cancelled meanwhile
-            continue
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(batch)
+class _Mailbox:
+    """Where one event loop's asynchronous answers arrive: the native side
+    posts them without the GIL and pokes a socket the loop watches; the
+    loop then takes every ready answer in one call and resolves the
+    futures by ticket."""
+
+    _by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox]"
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.native = _shoal.Mailbox()
+        self.futures: Dict[int, "asyncio.Future[Any]"] = {}
+        self.next_ticket = 0
+        loop.add_reader(self.native.fileno(), self._drain)
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> "_Mailbox":
+        mailbox = cls._by_loop.get(loop)
+        if mailbox is None:
+            mailbox = cls._by_loop[loop] = cls(loop)
+        return mailbox
+
+    def reserve(self, futures: Any) -> int:
+        first = self.next_ticket
+        for future in futures:
+            self.futures[self.next_ticket] = future
+            self.next_ticket += 1
+        return first
+
+    def forget(self, first: int, count: int) -> None:
+        for ticket in range(first, first + count):
+            self.futures.pop(ticket, None)
+
+    def _drain(self) -> None:
+        for ticket, batch, error in self.native.take():
+            future = self.futures.pop(ticket, None)
+            if future is None or future.done():  # cancelled meanwhile
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(batch)
+
+
+_Mailbox._by_loop = weakref.WeakKeyDictionary()
 
 
 def _names(select: Optional[Sequence[str]]) -> Optional[List[str]]:

@@ -442,6 +442,97 @@ impl Cancel {
     }
 }
 
+/// Answers of asynchronous searches waiting for their event loop: search
+/// tasks post them without the GIL and poke a socket the loop watches
+/// (`loop.add_reader(mailbox.fileno(), ...)`); the loop's thread then takes
+/// every answer ready in one call. One per event loop.
+#[pyclass(module = "shoal._shoal", frozen)]
+struct Mailbox {
+    inner: Arc<MailboxInner>,
+}
+
+struct MailboxInner {
+    answers: std::sync::Mutex<Vec<(u64, Result<RecordBatch, shoal::Error>)>>,
+    poke: std::os::unix::net::UnixStream,
+    watched: std::os::unix::net::UnixStream,
+}
+
+impl MailboxInner {
+    fn post(&self, ticket: u64, answer: Result<RecordBatch, shoal::Error>) {
+        let mut answers = self
+            .answers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let first = answers.is_empty();
+        answers.push((ticket, answer));
+        drop(answers);
+        if first {
+            // A full socket already holds a poke: nothing is lost.
+            let _ = std::io::Write::write(&mut &self.poke, &[1]);
+        }
+    }
+}
+
+#[pymethods]
+impl Mailbox {
+    /// A mailbox with its socket pair.
+    #[new]
+    fn new() -> PyResult<Mailbox> {
+        let (poke, watched) = std::os::unix::net::UnixStream::pair()?;
+        poke.set_nonblocking(true)?;
+        watched.set_nonblocking(true)?;
+        Ok(Mailbox {
+            inner: Arc::new(MailboxInner {
+                answers: std::sync::Mutex::new(Vec::new()),
+                poke,
+                watched,
+            }),
+        })
+    }
+
+    /// The descriptor the event loop watches for answers.
+    fn fileno(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.inner.watched.as_raw_fd()
+    }
+
+    /// Every answer posted so far, as `(ticket, record batch or None,
+    /// exception or None)`.
+    fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let mut buf = [0u8; 64];
+        while let Ok(n) = std::io::Read::read(&mut &self.inner.watched, &mut buf) {
+            if n == 0 {
+                break;
+            }
+        }
+        let answers = std::mem::take(
+            &mut *self
+                .inner
+                .answers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let items = PyList::empty(py);
+        for (ticket, answer) in answers {
+            let (batch, error) = match answer {
+                Ok(batch) => match batch.to_pyarrow(py) {
+                    Ok(b) => (b, py.None().into_bound(py)),
+                    Err(e) => (
+                        py.None().into_bound(py),
+                        e.into_value(py).into_bound(py).into_any(),
+                    ),
+                },
+                Err(e) => (
+                    py.None().into_bound(py),
+                    to_py(e).into_value(py).into_bound(py).into_any(),
+                ),
+            };
+            items.append((ticket, batch, error))?;
+        }
+        Ok(items)
+    }
+}
+
 /// One search as `Dataset.submit` takes it: `(vector, k, filter,
 /// postfilter, select, nprobes, refine_factor, column, version, exact,
 /// timeout_ms)`.
@@ -609,16 +700,14 @@ impl Dataset {
     }
 
     /// Submits searches made in one turn of an asyncio loop, each to the
-    /// engine's coalescer on its own, and returns one `Cancel` per search.
-    /// Answers are handed to `deliver` on the loop's thread, as a list of
-    /// `(index, record batch or None, exception or None)` for every answer
-    /// that is ready at once: one wake-up of the loop and one GIL hold per
-    /// group, not per search, which is what lets many tasks share batches.
+    /// engine's coalescer on its own (they arrive together), and returns
+    /// one `Cancel` per search. Search `i`'s answer goes into `mailbox`
+    /// under ticket `first_ticket + i`; no GIL is taken to deliver it.
     fn submit(
         &self,
         requests: Vec<Request<'_>>,
-        event_loop: Bound<'_, PyAny>,
-        deliver: Bound<'_, PyAny>,
+        mailbox: &Mailbox,
+        first_ticket: u64,
     ) -> PyResult<Vec<Cancel>> {
         let mut queries = Vec::with_capacity(requests.len());
         for (
@@ -655,16 +744,15 @@ impl Dataset {
                 token: q.cancel.clone().unwrap_or_default(),
             })
             .collect();
-        let handle = self.handle.clone();
-        let event_loop = event_loop.unbind();
-        let deliver = deliver.unbind();
-        runtime().spawn(async move {
-            let mut running = tokio::task::JoinSet::new();
-            let mut index_of = std::collections::HashMap::new();
-            for (i, query) in queries.into_iter().enumerate() {
-                let handle = handle.clone();
-                let task = running.spawn(async move {
-                    let answer = handle.search(&query).await.and_then(|response| {
+        for (i, query) in queries.into_iter().enumerate() {
+            let handle = self.handle.clone();
+            let inbox = Arc::clone(&mailbox.inner);
+            runtime().spawn(async move {
+                // A panic in the search still answers its caller.
+                let answer = tokio::spawn({
+                    let handle = handle.clone();
+                    async move {
+                        let response = handle.search(&query).await?;
                         let results = SearchResults {
                             version: response.version,
                             projection: response.projection,
@@ -672,51 +760,15 @@ impl Dataset {
                             hits: vec![response.hits],
                         };
                         results_batch(&results, handle.latest().schema(), false)
-                    });
-                    (i, answer)
-                });
-                index_of.insert(task.id(), i);
-            }
-            while let Some(first) = running.join_next().await {
-                let mut ready = vec![first];
-                while let Some(more) = running.try_join_next() {
-                    ready.push(more);
-                }
-                // A task that panicked still answers its caller.
-                let ready: Vec<(usize, Result<RecordBatch, shoal::Error>)> = ready
-                    .into_iter()
-                    .filter_map(|joined| match joined {
-                        Ok(pair) => Some(pair),
-                        Err(e) => index_of.get(&e.id()).map(|&i| {
-                            (
-                                i,
-                                Err(shoal::Error::Internal(format!("a search task failed: {e}"))),
-                            )
-                        }),
-                    })
-                    .collect();
-                Python::attach(|py| {
-                    let items = PyList::empty(py);
-                    for (i, answer) in ready {
-                        let item = match answer {
-                            Ok(batch) => match batch.to_pyarrow(py) {
-                                Ok(b) => (i, b.unbind(), py.None()),
-                                Err(e) => (i, py.None(), e.into_value(py).into_any()),
-                            },
-                            Err(e) => (i, py.None(), to_py(e).into_value(py).into_any()),
-                        };
-                        let _ = items.append(item);
                     }
-                    // The loop may have closed (its program ended): then
-                    // nobody waits for these answers.
-                    let _ = event_loop.call_method1(
-                        py,
-                        "call_soon_threadsafe",
-                        (deliver.clone_ref(py), items),
-                    );
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    Err(shoal::Error::Internal(format!("a search task failed: {e}")))
                 });
-            }
-        });
+                inbox.post(first_ticket + i as u64, answer);
+            });
+        }
         Ok(cancels)
     }
 
@@ -776,6 +828,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Engine>()?;
     m.add_class::<Dataset>()?;
     m.add_class::<Cancel>()?;
+    m.add_class::<Mailbox>()?;
     for (name, ty) in [
         ("ShoalError", py.get_type::<ShoalError>()),
         ("InvalidInput", py.get_type::<InvalidInput>()),
