@@ -344,14 +344,16 @@ class _Mailbox:
             self.futures.pop(ticket, None)
 
     def _drain(self) -> None:
-        for ticket, batch, error in self.native.take():
+        groups, errors = self.native.take()
+        for batch, tickets in groups:
+            for ticket, offset, length in tickets:
+                future = self.futures.pop(ticket, None)
+                if future is not None and not future.done():  # else cancelled meanwhile
+                    future.set_result(batch.slice(offset, length))
+        for ticket, error in errors:
             future = self.futures.pop(ticket, None)
-            if future is None or future.done():  # cancelled meanwhile
-                continue
-            if error is not None:
+            if future is not None and not future.done():
                 future.set_exception(error)
-            else:
-                future.set_result(batch)
 
 
 _Mailbox._by_loop = weakref.WeakKeyDictionary()

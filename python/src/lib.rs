@@ -496,9 +496,18 @@ impl Mailbox {
         self.inner.watched.as_raw_fd()
     }
 
-    /// Every answer posted so far, as `(ticket, record batch or None,
-    /// exception or None)`.
-    fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    /// Every answer posted so far: `(groups, errors)`, where a group is
+    /// `(record batch, [(ticket, offset, length)])` (the answers with one
+    /// schema concatenated, so that pyarrow imports one batch per group,
+    /// not one per answer) and an error is `(ticket, exception)`.
+    #[allow(clippy::type_complexity)]
+    fn take<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(
+        Vec<(Bound<'py, PyAny>, Vec<(u64, usize, usize)>)>,
+        Vec<(u64, Bound<'py, PyAny>)>,
+    )> {
         let mut buf = [0u8; 64];
         while let Ok(n) = std::io::Read::read(&mut &self.inner.watched, &mut buf) {
             if n == 0 {
@@ -512,24 +521,44 @@ impl Mailbox {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        let items = PyList::empty(py);
+        let mut groups: Vec<(Vec<RecordBatch>, Vec<(u64, usize, usize)>, usize)> = Vec::new();
+        let mut errors = Vec::new();
         for (ticket, answer) in answers {
-            let (batch, error) = match answer {
-                Ok(batch) => match batch.to_pyarrow(py) {
-                    Ok(b) => (b, py.None().into_bound(py)),
-                    Err(e) => (
-                        py.None().into_bound(py),
-                        e.into_value(py).into_bound(py).into_any(),
-                    ),
-                },
-                Err(e) => (
-                    py.None().into_bound(py),
-                    to_py(e).into_value(py).into_bound(py).into_any(),
-                ),
-            };
-            items.append((ticket, batch, error))?;
+            match answer {
+                Ok(batch) => {
+                    let rows = batch.num_rows();
+                    let group = match groups
+                        .iter_mut()
+                        .position(|g| g.0[0].schema() == batch.schema())
+                    {
+                        Some(at) => &mut groups[at],
+                        None => {
+                            groups.push((Vec::new(), Vec::new(), 0));
+                            let last = groups.len() - 1;
+                            &mut groups[last]
+                        }
+                    };
+                    group.1.push((ticket, group.2, rows));
+                    group.2 += rows;
+                    group.0.push(batch);
+                }
+                Err(e) => errors.push((ticket, to_py(e).into_value(py).into_bound(py).into_any())),
+            }
         }
-        Ok(items)
+        let mut out = Vec::with_capacity(groups.len());
+        for (batches, tickets, _) in groups {
+            let schema = batches[0].schema();
+            match arrow_select::concat::concat_batches(&schema, &batches) {
+                Ok(joined) => out.push((joined.to_pyarrow(py)?, tickets)),
+                Err(e) => {
+                    for (ticket, _, _) in tickets {
+                        let error = InternalError::new_err(e.to_string());
+                        errors.push((ticket, error.into_value(py).into_bound(py).into_any()));
+                    }
+                }
+            }
+        }
+        Ok((out, errors))
     }
 }
 
