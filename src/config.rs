@@ -209,6 +209,9 @@ pub struct IngestConfig {
     pub rows_per_fragment: usize,
     /// Rows converted per chunk while ingesting.
     pub chunk_rows: usize,
+    /// The engine compacts a dataset after an append that leaves this many
+    /// small unindexed fragments at its end (0: only on demand).
+    pub compact_after_fragments: usize,
 }
 
 impl Default for Config {

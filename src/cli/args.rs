@@ -250,6 +250,12 @@ pub enum Command {
         #[arg(long)]
         dataset: PathBuf,
     },
+    /// Merge the small unindexed fragments many small appends leave at the
+    /// end of a dataset (a new version; answers unchanged).
+    Compact {
+        #[arg(long)]
+        dataset: PathBuf,
+    },
     /// Retrain a column's index over all rows, replacing its segments.
     Reindex {
         #[arg(long)]

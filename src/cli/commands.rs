@@ -147,6 +147,22 @@ pub fn run(cli: Cli) -> Result<()> {
             )?;
             Ok(())
         }
+        Command::Compact { dataset } => {
+            let mut ds = Dataset::open_with_config(&dataset, config)?;
+            let before = ds.manifest().fragments.len();
+            let commit = ds.compact()?;
+            let after = ds.manifest().fragments.len();
+            let what = if commit.rows == 0 {
+                format!("nothing to compact (version {})", commit.version)
+            } else {
+                format!(
+                    "compacted {} rows: {before} fragments -> {after} (version {})",
+                    commit.rows, commit.version
+                )
+            };
+            committed(commit.version, format_args!("{what}"))?;
+            Ok(())
+        }
         Command::Optimize { dataset } => {
             let mut ds =
                 Dataset::open_with_config(&dataset, config)?.with_progress(progress_printer());

@@ -259,8 +259,29 @@ impl DatasetHandle {
     }
 
     /// Appends rows as a new version; the commit counts the rows added.
+    /// When the append leaves `ingest.compact_after_fragments` small
+    /// unindexed fragments at the end of the dataset, they are compacted
+    /// right after (a second version, which the commit then names); a
+    /// compaction that fails is logged and leaves the append committed.
     pub async fn append(&self, batches: Vec<RecordBatch>) -> Result<Commit> {
-        self.write(move |ds| ds.append(batches)).await
+        self.write(move |ds| {
+            let mut commit = ds.append(batches)?;
+            let after = ds.config().ingest.compact_after_fragments;
+            if after > 0 && ds.compactable_tail().len() >= after {
+                match ds.compact() {
+                    Ok(compacted) => commit.version = compacted.version,
+                    Err(e) => tracing::warn!(error = %e, "automatic compaction failed"),
+                }
+            }
+            Ok(commit)
+        })
+        .await
+    }
+
+    /// Merges the small unindexed fragments at the end of the dataset
+    /// (see [`Dataset::compact`]).
+    pub async fn compact(&self) -> Result<Commit> {
+        self.write(|ds| ds.compact()).await
     }
 
     /// Deletes the rows matching `filter` as a new version; the commit

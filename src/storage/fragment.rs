@@ -330,6 +330,37 @@ impl FragmentView {
         )?)
     }
 
+    /// Every visible row (deleted rows left out), in the stored Arrow form
+    /// and row order: what compaction rewrites. Read from the file, not
+    /// through the column cache.
+    pub fn visible_batches(&self) -> Result<Vec<RecordBatch>> {
+        self.columns
+            .verify_once(&self.path, self.meta.checksum.as_ref())?;
+        let all: Vec<usize> = (0..self.schema.columns.len()).collect();
+        let reader = open_projected(&self.path, &self.schema, &all)?;
+        let mut out = Vec::new();
+        let mut offset = 0u32;
+        for batch in reader {
+            let batch =
+                batch.map_err(|e| Error::corrupt(self.path.to_path_buf(), e.to_string()))?;
+            let n = batch.num_rows() as u32;
+            let batch = match &self.deleted {
+                Some(deleted) if deleted.range(offset..offset + n).next().is_some() => {
+                    let keep = arrow_array::BooleanArray::from_iter(
+                        (offset..offset + n).map(|o| Some(!deleted.contains(o))),
+                    );
+                    arrow_select::filter::filter_record_batch(&batch, &keep)?
+                }
+                _ => batch,
+            };
+            offset += n;
+            if batch.num_rows() > 0 {
+                out.push(batch);
+            }
+        }
+        Ok(out)
+    }
+
     /// The `id` column.
     pub fn ids(&self) -> Result<ArrayRef> {
         match self.columns(&[ID_COLUMN])?.pop() {

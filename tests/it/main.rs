@@ -4,6 +4,7 @@ mod api;
 mod bad_input;
 mod cli;
 mod common;
+mod compact;
 mod corruption;
 mod engine;
 mod exact;

@@ -300,6 +300,11 @@ impl Dataset {
         self
     }
 
+    /// The progress callback of this handle's writes, if any.
+    pub(crate) fn progress(&self) -> Option<&Progress> {
+        self.progress.as_ref()
+    }
+
     /// This handle without a progress callback.
     pub(crate) fn without_progress(mut self) -> Dataset {
         self.progress = None;

@@ -3,6 +3,7 @@
 
 use super::{Commit, Dataset};
 use crate::error::{Error, Result};
+use crate::progress::Progress;
 use crate::storage::conform::conform_batch;
 use crate::storage::deletions::{write_deletions, DELETIONS_DIR};
 use crate::storage::fragment::{FragmentWriter, DATA_DIR};
@@ -154,5 +155,103 @@ impl Dataset {
         commit_manifest(&self.root, &manifest)?;
         *self = self.with_manifest(manifest);
         Ok(self.commit_answer(total, Vec::new()))
+    }
+
+    /// The small fragments (fewer visible rows than `rows_per_fragment`)
+    /// that no index segment covers and that come after every other
+    /// fragment: what [`Dataset::compact`] would merge.
+    pub(crate) fn compactable_tail(&self) -> Vec<u32> {
+        let per_fragment = self.config().ingest.rows_per_fragment as u64;
+        let covered = |id: u32| {
+            self.manifest
+                .indices
+                .iter()
+                .any(|s| s.fragments.contains(&id))
+        };
+        let mut tail: Vec<u32> = self
+            .manifest
+            .fragments
+            .iter()
+            .rev()
+            .take_while(|f| !covered(f.id) && f.rows - f.deleted_rows < per_fragment)
+            .map(|f| f.id)
+            .collect();
+        tail.reverse();
+        tail
+    }
+
+    /// Merges the small fragments at the end of the dataset that no index
+    /// covers (what many small appends leave) into as few fragments of up
+    /// to `ingest.rows_per_fragment` rows as they fill, leaving deleted
+    /// rows out, as a new version; the commit counts the rows rewritten
+    /// (0, committing nothing, when fewer than two fragments qualify).
+    ///
+    /// Only a tail run is merged, so the merged rows keep their order and
+    /// stay after every other row: searches answer exactly as before
+    /// (ties included; row ids change), and index coverage is untouched
+    /// (the merged fragments are unindexed, as the originals were, until
+    /// [`Dataset::optimize`]). Old versions still name the old files.
+    pub fn compact(&mut self) -> Result<Commit> {
+        let tail = self.compactable_tail();
+        if tail.len() < 2 {
+            return Ok(self.commit_answer(0, Vec::new()));
+        }
+        let views: Vec<_> = self
+            .fragments()?
+            .into_iter()
+            .filter(|v| tail.contains(&v.meta.id))
+            .collect();
+        let total: u64 = views
+            .iter()
+            .map(|v| (v.rows() as u64) - v.meta.deleted_rows)
+            .sum();
+        let per_fragment = self.config().ingest.rows_per_fragment as u64;
+        let schema = self.manifest.schema.clone();
+        let mut manifest = self.manifest.next("compact");
+        manifest.fragments.retain(|f| !tail.contains(&f.id));
+        let mut writer: Option<FragmentWriter> = None;
+        let mut written = 0u64;
+        for (n, view) in views.iter().enumerate() {
+            for batch in view.visible_batches()? {
+                let mut start = 0usize;
+                while start < batch.num_rows() {
+                    let w = match writer.as_mut() {
+                        Some(w) => w,
+                        None => {
+                            let id = manifest.next_fragment_id;
+                            manifest.next_fragment_id = id
+                                .checked_add(1)
+                                .ok_or_else(|| Error::Internal("fragment ids exhausted".into()))?;
+                            writer.insert(FragmentWriter::create(&self.root, id, &schema)?)
+                        }
+                    };
+                    let room = (per_fragment - w.rows()) as usize;
+                    let take = room.min(batch.num_rows() - start);
+                    w.write(&batch.slice(start, take))?;
+                    start += take;
+                    written += take as u64;
+                    if w.rows() == per_fragment {
+                        if let Some(full) = writer.take() {
+                            manifest.fragments.push(full.finish()?);
+                        }
+                    }
+                }
+            }
+            Progress::maybe(self.progress(), "compact", n as u64 + 1, views.len() as u64);
+        }
+        if let Some(w) = writer.take() {
+            if w.rows() > 0 {
+                manifest.fragments.push(w.finish()?);
+            }
+        }
+        if written != total {
+            return Err(Error::Internal(format!(
+                "compaction read {written} rows where the manifest counts {total}"
+            )));
+        }
+        sync_dir(&self.root.join(DATA_DIR))?;
+        commit_manifest(&self.root, &manifest)?;
+        *self = self.with_manifest(manifest);
+        Ok(self.commit_answer(written, Vec::new()))
     }
 }
