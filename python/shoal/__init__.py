@@ -179,6 +179,17 @@ class Dataset:
         """Deletes the rows matching the SQL ``filter``; returns the version after."""
         return self._native.delete(filter)
 
+    def compact(self) -> int:
+        """Merges the small fragments many small appends leave (those no index
+        covers yet, at the end of the dataset) into few, as a new version with
+        the same answers; returns the rows rewritten (0: nothing to do). The
+        engine also does this by itself past ``ingest.compact_after_fragments``."""
+        return self._native.compact()[1]
+
+    def fragment_count(self) -> int:
+        """Fragment files in the latest version."""
+        return self._native.fragment_count()
+
     def create_index(
         self,
         index_type: str = "ivf_flat",

@@ -645,6 +645,21 @@ impl Dataset {
         Ok(commit.version)
     }
 
+    /// Merges the small unindexed fragments at the end of the dataset;
+    /// returns `(version, rows rewritten)`.
+    fn compact(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        let handle = self.handle.clone();
+        let commit = py
+            .detach(|| runtime().block_on(handle.compact()))
+            .map_err(to_py)?;
+        Ok((commit.version, commit.rows))
+    }
+
+    /// How many fragment files the latest version has.
+    fn fragment_count(&self) -> usize {
+        self.handle.latest().manifest().fragments.len()
+    }
+
     /// Builds an index; returns the version it committed.
     #[pyo3(signature = (index_type, partitions, sub_vectors = None, column = None, seed = None))]
     fn create_index(

@@ -216,3 +216,19 @@ def test_other_index_types_and_stats(docs, db):
     stats = db.stats()
     for key in ["requests", "batches", "mean_batch_size", "cancelled", "pending"]:
         assert key in stats
+
+
+def test_many_small_adds_compact_with_the_same_answers(tmp_path):
+    db = shoal.connect(tmp_path / "c", config={"ingest": {"compact_after_fragments": 0}})
+    vectors = make_vectors(9, n=400)
+    ds = db.create_dataset("d", {"vector": vectors[:10], "len": np.arange(10)})
+    for i in range(10, 400, 10):
+        ds.add({"vector": vectors[i:i + 10], "len": np.arange(i, i + 10)})
+    assert ds.fragment_count() == 40
+    queries = vectors[::37] + 0.5
+    before = [ds.search(q, k=8, exact=True, select=["len"]).to_pydict() for q in queries]
+    assert ds.compact() == 400
+    assert ds.fragment_count() == 1
+    assert [ds.search(q, k=8, exact=True, select=["len"]).to_pydict() for q in queries] == before
+    assert ds.compact() == 0
+    db.close()

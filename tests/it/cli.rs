@@ -165,10 +165,16 @@ fn index_optimize_and_search_modes_from_the_command_line() {
     assert!(out.contains("built ivf_pq"), "{out}");
     ok(&["ingest", "--dataset", &d("ds"), "--vectors", &d("b.fvecs")]);
     let (out, _) = ok(&["compact", "--dataset", &d("ds")]);
-    assert!(out.contains("nothing to compact"), "one unindexed fragment: {out}");
+    assert!(
+        out.contains("nothing to compact"),
+        "one unindexed fragment: {out}"
+    );
     ok(&["ingest", "--dataset", &d("ds"), "--vectors", &d("b.fvecs")]);
     let (out, _) = ok(&["compact", "--dataset", &d("ds")]);
-    assert!(out.contains("compacted") && out.contains("fragments ->"), "{out}");
+    assert!(
+        out.contains("compacted") && out.contains("fragments ->"),
+        "{out}"
+    );
     let (out, _) = ok(&["optimize", "--dataset", &d("ds")]);
     assert!(out.contains("delta segment"), "{out}");
     let (info, _) = ok(&["info", "--dataset", &d("ds")]);
