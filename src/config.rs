@@ -28,6 +28,20 @@ pub struct Config {
     pub scan: ScanConfig,
     /// The HTTP service (`shoal serve`).
     pub server: ServerConfig,
+    /// How many old versions the engine keeps.
+    pub retention: RetentionConfig,
+}
+
+/// Which old versions (and the files only they use) the engine removes
+/// after each write; see `Dataset::cleanup`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Versions kept, newest first (0: keep every version).
+    pub keep_versions: usize,
+    /// Versions younger than this are kept whatever their number (other
+    /// processes may be reading them).
+    pub min_age_ms: u64,
 }
 
 /// The HTTP service.

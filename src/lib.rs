@@ -66,7 +66,9 @@ pub use arrow_schema;
 
 pub use cancel::CancelToken;
 pub use config::Config;
-pub use db::{Commit, Dataset, IntoRecordBatch, RowValues, Session, StagedCommit, VersionInfo};
+pub use db::{
+    Cleanup, Commit, Dataset, IntoRecordBatch, RowValues, Session, StagedCommit, VersionInfo,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use exec::{Profile, ScanPool};
 pub use index::{IndexKind, IndexParams, IndexSegmentMeta};

@@ -256,6 +256,18 @@ pub enum Command {
         #[arg(long)]
         dataset: PathBuf,
     },
+    /// Remove old versions and the files only they use (the newest --keep
+    /// versions, and any younger than --min-age-ms, stay).
+    Cleanup {
+        #[arg(long)]
+        dataset: PathBuf,
+        /// Versions kept, newest first.
+        #[arg(long, default_value_t = 1)]
+        keep: usize,
+        /// Versions younger than this many milliseconds are kept.
+        #[arg(long, default_value_t = 0)]
+        min_age_ms: u64,
+    },
     /// Retrain a column's index over all rows, replacing its segments.
     Reindex {
         #[arg(long)]

@@ -147,6 +147,21 @@ pub fn run(cli: Cli) -> Result<()> {
             )?;
             Ok(())
         }
+        Command::Cleanup {
+            dataset,
+            keep,
+            min_age_ms,
+        } => {
+            let ds = Dataset::open_with_config(&dataset, config)?;
+            let report = ds.cleanup(keep, std::time::Duration::from_millis(min_age_ms))?;
+            super::print::stdout_line(format_args!(
+                "removed {} versions and {} files ({} bytes); version {} is the latest",
+                report.versions_removed.len(),
+                report.files_removed,
+                report.bytes_removed,
+                ds.version()
+            ))
+        }
         Command::Compact { dataset } => {
             let mut ds = Dataset::open_with_config(&dataset, config)?;
             let before = ds.manifest().fragments.len();

@@ -6,5 +6,7 @@ pub mod dataset;
 pub mod ingest;
 pub mod session;
 
-pub use dataset::{Commit, Dataset, IntoRecordBatch, RowValues, StagedCommit, VersionInfo};
+pub use dataset::{
+    Cleanup, Commit, Dataset, IntoRecordBatch, RowValues, StagedCommit, VersionInfo,
+};
 pub use session::Session;

@@ -314,7 +314,9 @@ impl DatasetHandle {
     }
 
     /// Runs one write at a time on a blocking thread and publishes the new
-    /// version as the handle's latest. The write runs to the end even if
+    /// version as the handle's latest; then, with `retention.keep_versions`
+    /// set, removes the versions it no longer keeps (a failure there is
+    /// logged: the write stands). The write runs to the end even if
     /// the caller stops waiting, and the handle still learns its version.
     async fn write<T, F>(&self, change: F) -> Result<T>
     where
@@ -333,7 +335,15 @@ impl DatasetHandle {
                 None => latest,
             };
             let out = change(&mut dataset)?;
-            inner.publish(dataset.without_progress());
+            let retention = dataset.config().retention.clone();
+            let latest = dataset.without_progress();
+            inner.publish(latest.clone());
+            if retention.keep_versions > 0 {
+                let min_age = Duration::from_millis(retention.min_age_ms);
+                if let Err(e) = latest.cleanup(retention.keep_versions, min_age) {
+                    tracing::warn!(error = %e, "removing old versions failed");
+                }
+            }
             Ok(out)
         })
         .await

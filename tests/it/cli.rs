@@ -177,6 +177,11 @@ fn index_optimize_and_search_modes_from_the_command_line() {
     );
     let (out, _) = ok(&["optimize", "--dataset", &d("ds")]);
     assert!(out.contains("delta segment"), "{out}");
+    let (out, _) = ok(&["cleanup", "--dataset", &d("ds"), "--keep", "2"]);
+    assert!(
+        out.contains("removed ") && out.contains(" versions and "),
+        "{out}"
+    );
     let (info, _) = ok(&["info", "--dataset", &d("ds")]);
     assert!(
         info.contains("ivf_pq") && info.contains("(delta; model of"),

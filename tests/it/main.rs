@@ -14,6 +14,7 @@ mod ingest;
 mod ivf;
 mod mixed;
 mod real_data;
+mod retention;
 mod session;
 mod shared;
 mod storage;

@@ -8,9 +8,11 @@
 //! uses.
 
 mod index;
+mod retention;
 mod search;
 mod write;
 
+pub use retention::Cleanup;
 pub use write::{IntoRecordBatch, StagedCommit};
 
 use crate::config::Config;
@@ -41,6 +43,8 @@ pub struct Dataset {
     schema: Arc<Schema>,
     session: Session,
     progress: Option<Progress>,
+    /// This handle's hold on its version (see [`Dataset::cleanup`]).
+    _pin: Arc<retention::VersionPin>,
 }
 
 /// What a write committed: every write ([`Dataset::append`],
@@ -150,6 +154,7 @@ impl Dataset {
 
     fn from_manifest(root: PathBuf, manifest: Manifest, session: Session) -> Dataset {
         Dataset {
+            _pin: retention::VersionPin::new(&root, manifest.version),
             root,
             schema: Arc::new(manifest.schema.clone()),
             manifest: Arc::new(manifest),
@@ -165,6 +170,7 @@ impl Dataset {
             Arc::new(manifest.schema.clone())
         };
         Dataset {
+            _pin: retention::VersionPin::new(&self.root, manifest.version),
             root: self.root.clone(),
             manifest: Arc::new(manifest),
             schema,

@@ -1,0 +1,155 @@
+//! Retention: removing old versions and the files only they use.
+//!
+//! Every file a version names is immutable, and later versions share the
+//! files they did not change, so a file may be deleted only when no kept
+//! version names it. The versions kept: the newest `keep`, every version a
+//! [`Dataset`] handle of this process holds (a pin, counted per handle and
+//! its clones, released on drop), and every version younger than
+//! `min_age` (another process may be reading it). Manifests go first, so
+//! no one opens a removed version afterwards; then the files that only
+//! removed versions named. Files no manifest names (an append in flight)
+//! are never touched.
+
+use super::Dataset;
+use crate::error::{Error, Result};
+use crate::index::ivf::INDICES_DIR;
+use crate::storage::deletions::DELETIONS_DIR;
+use crate::storage::fragment::DATA_DIR;
+use crate::storage::manifest::{list_versions, manifest_path, now_ms, read_manifest, Manifest};
+use serde::Serialize;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+/// What a cleanup removed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Cleanup {
+    /// Versions whose manifests were removed.
+    pub versions_removed: Vec<u64>,
+    /// Fragment, deletion and index files (or segment directories) removed.
+    pub files_removed: usize,
+    /// Their bytes.
+    pub bytes_removed: u64,
+}
+
+/// Versions held by live handles in this process: (canonical root,
+/// version) → handles.
+static PINS: LazyLock<Mutex<HashMap<(PathBuf, u64), usize>>> = LazyLock::new(Mutex::default);
+
+fn pins() -> std::sync::MutexGuard<'static, HashMap<(PathBuf, u64), usize>> {
+    PINS.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn canonical(root: &Path) -> PathBuf {
+    std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf())
+}
+
+/// A handle's hold on its version: shared by the handle's clones,
+/// released when the last one is dropped.
+#[derive(Debug)]
+pub(crate) struct VersionPin {
+    key: (PathBuf, u64),
+}
+
+impl VersionPin {
+    pub(crate) fn new(root: &Path, version: u64) -> Arc<VersionPin> {
+        let key = (canonical(root), version);
+        *pins().entry(key.clone()).or_insert(0) += 1;
+        Arc::new(VersionPin { key })
+    }
+}
+
+impl Drop for VersionPin {
+    fn drop(&mut self) {
+        let mut pins = pins();
+        if let Some(n) = pins.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The files a version names, by path under the dataset root.
+fn files_of(root: &Path, m: &Manifest) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for f in &m.fragments {
+        out.insert(root.join(DATA_DIR).join(&f.file));
+        if let Some(d) = &f.deletion_file {
+            out.insert(root.join(DELETIONS_DIR).join(d));
+        }
+    }
+    for s in &m.indices {
+        out.insert(root.join(INDICES_DIR).join(&s.id));
+    }
+    out
+}
+
+fn size_of(path: &Path) -> u64 {
+    if path.is_dir() {
+        std::fs::read_dir(path)
+            .map(|d| d.flatten().map(|e| size_of(&e.path())).sum())
+            .unwrap_or(0)
+    } else {
+        std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+impl Dataset {
+    /// Removes the versions older than the newest `keep` (at least one is
+    /// always kept) that no handle of this process holds and that are older
+    /// than `min_age`, and then the files only they named. Searches on kept
+    /// versions are unaffected; a removed version can no longer be checked
+    /// out.
+    pub fn cleanup(&self, keep: usize, min_age: Duration) -> Result<Cleanup> {
+        let keep = keep.max(1);
+        let versions = list_versions(&self.root)?;
+        let newest: BTreeSet<u64> = versions.iter().rev().take(keep).copied().collect();
+        let root = canonical(&self.root);
+        let pinned: BTreeSet<u64> = pins()
+            .keys()
+            .filter(|(r, _)| *r == root)
+            .map(|(_, v)| *v)
+            .collect();
+        let young_after = now_ms().saturating_sub(min_age.as_millis() as u64);
+        let mut kept_files = BTreeSet::new();
+        let mut removed: Vec<(u64, Manifest)> = Vec::new();
+        for &v in &versions {
+            let manifest = read_manifest(&self.root, v)?;
+            if newest.contains(&v) || pinned.contains(&v) || manifest.timestamp_ms >= young_after {
+                kept_files.extend(files_of(&self.root, &manifest));
+            } else {
+                removed.push((v, manifest));
+            }
+        }
+        let mut report = Cleanup::default();
+        let mut doomed = BTreeSet::new();
+        for (v, manifest) in &removed {
+            let path = manifest_path(&self.root, *v);
+            std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+            report.versions_removed.push(*v);
+            doomed.extend(files_of(&self.root, manifest));
+        }
+        for path in doomed.difference(&kept_files) {
+            let bytes = size_of(path);
+            let gone = if path.is_dir() {
+                std::fs::remove_dir_all(path)
+            } else {
+                std::fs::remove_file(path)
+            };
+            match gone {
+                Ok(()) => {
+                    report.files_removed += 1;
+                    report.bytes_removed += bytes;
+                }
+                // Removed by an earlier, interrupted cleanup.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(path, e)),
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,134 @@
+//! Retention: old versions and the files only they name are removed; kept
+//! versions (the newest, those a handle holds, the young) answer as before,
+//! and no file a kept version names is ever deleted.
+
+use crate::common::*;
+use rand::SeedableRng;
+use shoal::{BatchQuery, Config, Dataset, Engine, IndexKind, IndexParams, Metric, SearchMode};
+use std::time::Duration;
+
+const DIM: usize = 8;
+
+fn files_under(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+fn answers(ds: &Dataset, rows: &[Row]) -> Vec<Vec<(i64, u32)>> {
+    let queries: Vec<Vec<f32>> = (0..16).map(|i| rows[i * 13].vector.clone()).collect();
+    [
+        BatchQuery::new(queries.clone(), 10).mode(SearchMode::Exact),
+        BatchQuery::new(queries, 10).nprobes(2).filter("len < 20"),
+    ]
+    .iter()
+    .flat_map(|b| ds.search_batch(b).unwrap().hits)
+    .map(|hits| hits.iter().map(|h| (h.id, h.distance.to_bits())).collect())
+    .collect()
+}
+
+#[test]
+fn cleanup_keeps_the_newest_and_held_versions_and_removes_only_their_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, mut rows) = build(dir.path(), &[200, 100], DIM, Metric::L2, 41);
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 4))
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    for _ in 0..6 {
+        let more = make_rows(&mut rng, rows.len() as i64, 20, DIM);
+        ds.append([batch_of(&more, DIM)]).unwrap();
+        rows.extend(more);
+    }
+    ds.delete("len = 5").unwrap();
+    let held = ds.checkout(5).unwrap(); // an older version a search holds
+    let held_answers = answers(&held, &rows[..300]);
+    ds.compact().unwrap();
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 4))
+        .unwrap();
+    let latest_answers = answers(&ds, &rows);
+    let versions = ds.versions().unwrap().len();
+    assert_eq!(versions, ds.version() as usize);
+
+    let report = ds.cleanup(2, Duration::ZERO).unwrap();
+    let mut expected: Vec<u64> = (1..ds.version() - 1).filter(|&v| v != 5).collect();
+    expected.sort();
+    assert_eq!(report.versions_removed, expected);
+    assert!(report.files_removed > 0 && report.bytes_removed > 0);
+    let left: Vec<u64> = ds.versions().unwrap().iter().map(|v| v.version).collect();
+    assert_eq!(left, vec![5, ds.version() - 1, ds.version()]);
+    // Kept versions answer as before; their files are all there.
+    assert_eq!(answers(&ds, &rows), latest_answers);
+    assert_eq!(answers(&held, &rows[..300]), held_answers);
+    assert_eq!(
+        answers(&Dataset::open(dir.path()).unwrap(), &rows),
+        latest_answers
+    );
+    assert_eq!(
+        answers(&ds.checkout(5).unwrap(), &rows[..300]),
+        held_answers
+    );
+    assert!(matches!(
+        ds.checkout(3),
+        Err(shoal::Error::VersionNotFound { .. })
+    ));
+    // Once the old handle is gone, its version goes too.
+    drop(held);
+    let report = ds.cleanup(1, Duration::ZERO).unwrap();
+    assert_eq!(report.versions_removed, vec![5, ds.version() - 1]);
+    assert_eq!(
+        answers(&Dataset::open(dir.path()).unwrap(), &rows),
+        latest_answers
+    );
+    // Only the latest version's files remain: one fragment per kept
+    // fragment, one deletion file at most, its index segment.
+    let m = ds.manifest();
+    assert_eq!(files_under(&dir.path().join("data")), m.fragments.len());
+    assert_eq!(files_under(&dir.path().join("indices")), m.indices.len());
+    let deletion_files = m
+        .fragments
+        .iter()
+        .filter(|f| f.deletion_file.is_some())
+        .count();
+    assert_eq!(files_under(&dir.path().join("deletions")), deletion_files);
+    assert_eq!(
+        ds.cleanup(1, Duration::ZERO).unwrap().versions_removed,
+        Vec::<u64>::new()
+    );
+}
+
+#[test]
+fn young_versions_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, _) = build(dir.path(), &[10, 10, 10], DIM, Metric::L2, 43);
+    let report = ds.cleanup(1, Duration::from_secs(3600)).unwrap();
+    assert!(report.versions_removed.is_empty());
+    assert_eq!(ds.versions().unwrap().len(), 4);
+}
+
+#[test]
+fn the_engine_keeps_only_its_configured_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, mut rows) = build(&dir.path().join("ds"), &[30], DIM, Metric::L2, 44);
+    drop(ds);
+    let mut config = Config::default();
+    config.retention.keep_versions = 3;
+    config.retention.min_age_ms = 0;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let engine = Engine::start(config, dir.path()).unwrap();
+        let handle = engine.dataset("ds").await.unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(45);
+        for _ in 0..10 {
+            let more = make_rows(&mut rng, rows.len() as i64, 5, DIM);
+            handle.append(vec![batch_of(&more, DIM)]).await.unwrap();
+            rows.extend(more);
+        }
+        let latest = handle.latest();
+        let versions = latest.versions().unwrap();
+        assert_eq!(versions.len(), 3, "{versions:?}");
+        assert_eq!(latest.count_rows(), rows.len() as u64);
+        assert_eq!(
+            files_under(&dir.path().join("ds").join("data")),
+            latest.manifest().fragments.len()
+        );
+        engine.shutdown().await;
+    });
+}
