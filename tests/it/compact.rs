@@ -154,3 +154,31 @@ fn the_engine_compacts_past_its_threshold() {
         engine.shutdown().await;
     });
 }
+
+#[test]
+fn repeated_compaction_rewrites_a_bounded_tail() {
+    // rows_per_fragment 640: a fragment of 10 rows or more is no longer
+    // small, so a merged fragment is not rewritten again.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.ingest.rows_per_fragment = 640;
+    let mut ds = shoal::Dataset::create(dir.path(), schema(DIM, Metric::L2), config).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(37);
+    let mut rows = Vec::new();
+    let mut rewritten = Vec::new();
+    for round in 0..4 {
+        for _ in 0..6 {
+            let more = make_rows(&mut rng, rows.len() as i64, 2, DIM);
+            ds.append([batch_of(&more, DIM)]).unwrap();
+            rows.extend(more);
+        }
+        rewritten.push(ds.compact().unwrap().rows);
+        assert_eq!(ds.manifest().fragments.len(), round + 1);
+    }
+    assert_eq!(
+        rewritten,
+        vec![12, 12, 12, 12],
+        "each compaction rewrote only the new rows"
+    );
+    assert_eq!(ds.count_rows(), rows.len() as u64);
+}

@@ -157,11 +157,14 @@ impl Dataset {
         Ok(self.commit_answer(total, Vec::new()))
     }
 
-    /// The small fragments (fewer visible rows than `rows_per_fragment`)
-    /// that no index segment covers and that come after every other
-    /// fragment: what [`Dataset::compact`] would merge.
+    /// The small fragments (fewer visible rows than a 64th of
+    /// `rows_per_fragment`) that no index segment covers and that come after
+    /// every other fragment: what [`Dataset::compact`] would merge. Merged
+    /// fragments stop counting as small once they pass that size, so
+    /// repeated compaction rewrites a bounded number of rows each time, not
+    /// everything appended so far.
     pub(crate) fn compactable_tail(&self) -> Vec<u32> {
-        let per_fragment = self.config().ingest.rows_per_fragment as u64;
+        let per_fragment = (self.config().ingest.rows_per_fragment as u64 / 64).max(2);
         let covered = |id: u32| {
             self.manifest
                 .indices
@@ -181,8 +184,9 @@ impl Dataset {
     }
 
     /// Merges the small fragments at the end of the dataset that no index
-    /// covers (what many small appends leave) into as few fragments of up
-    /// to `ingest.rows_per_fragment` rows as they fill, leaving deleted
+    /// covers (what many small appends leave; see `compactable_tail` for
+    /// "small") into as few fragments of up to `ingest.rows_per_fragment`
+    /// rows as they fill, leaving deleted
     /// rows out, as a new version; the commit counts the rows rewritten
     /// (0, committing nothing, when fewer than two fragments qualify).
     ///
