@@ -14,6 +14,7 @@ caller gets exactly the rows it would have got alone.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import weakref
@@ -144,8 +145,11 @@ class Dataset:
     def __init__(self, native: "_shoal.Dataset"):
         self._native = native
         # Searches made in this turn of each event loop, submitted together
-        # at its end (see `_submit_turn`).
-        self._turns: Dict[int, List[Any]] = {}
+        # at its end (see `_submit_turn`); keyed by the loop itself, so a
+        # closed loop's leftovers never reach another.
+        self._turns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, List[Any]]" = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __repr__(self) -> str:
         return f"shoal.Dataset({self.name!r}, version={self.version}, rows={self.count_rows()})"
@@ -249,9 +253,9 @@ class Dataset:
         )
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        turn = self._turns.get(id(loop))
+        turn = self._turns.get(loop)
         if turn is None:
-            turn = self._turns[id(loop)] = []
+            turn = self._turns[loop] = []
             loop.call_soon(self._submit_turn, loop)
         turn.append((request, future))
         return _as_table(await future)
@@ -260,7 +264,7 @@ class Dataset:
         """Hands the searches of one loop turn to the engine at once, so that
         they arrive together; their answers come back through the loop's
         mailbox (`_Mailbox`)."""
-        turn = self._turns.pop(id(loop), [])
+        turn = self._turns.pop(loop, [])
         live = [(r, f) for r, f in turn if not f.done()]
         if not live:
             return
@@ -274,8 +278,8 @@ class Dataset:
                 if not f.done():
                     f.set_exception(e)
             return
-        for (_, f), cancel in zip(live, cancels):
-            f.add_done_callback(lambda f, cancel=cancel: f.cancelled() and cancel.cancel())
+        for ticket, ((_, f), cancel) in enumerate(zip(live, cancels), start=first):
+            f.add_done_callback(functools.partial(_on_done, mailbox, ticket, cancel))
 
     def search_batch(
         self,
@@ -320,6 +324,14 @@ class Dataset:
             refine_factor, column, version, exact, True,
         )
         return {"results": _as_table(batch), "profile": json.loads(profile)}
+
+
+def _on_done(mailbox: "_Mailbox", ticket: int, cancel: Any, future: "asyncio.Future[Any]") -> None:
+    """A cancelled search is withdrawn from the engine and forgotten here
+    (its late answer is dropped), so nothing keeps its loop alive."""
+    if future.cancelled():
+        cancel.cancel()
+        mailbox.futures.pop(ticket, None)
 
 
 class _Mailbox:

@@ -545,15 +545,20 @@ impl Mailbox {
                 Err(e) => errors.push((ticket, to_py(e).into_value(py).into_bound(py).into_any())),
             }
         }
+        // Every answer taken is handed back, as rows or as an error: a
+        // failure here must not leave a caller waiting.
         let mut out = Vec::with_capacity(groups.len());
         for (batches, tickets, _) in groups {
             let schema = batches[0].schema();
-            match arrow_select::concat::concat_batches(&schema, &batches) {
-                Ok(joined) => out.push((joined.to_pyarrow(py)?, tickets)),
+            let imported = arrow_select::concat::concat_batches(&schema, &batches)
+                .map_err(|e| InternalError::new_err(e.to_string()))
+                .and_then(|joined| joined.to_pyarrow(py));
+            match imported {
+                Ok(batch) => out.push((batch, tickets)),
                 Err(e) => {
+                    let error = e.into_value(py).into_bound(py).into_any();
                     for (ticket, _, _) in tickets {
-                        let error = InternalError::new_err(e.to_string());
-                        errors.push((ticket, error.into_value(py).into_bound(py).into_any()));
+                        errors.push((ticket, error.clone()));
                     }
                 }
             }

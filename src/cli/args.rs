@@ -257,16 +257,17 @@ pub enum Command {
         dataset: PathBuf,
     },
     /// Remove old versions and the files only they use (the newest --keep
-    /// versions, and any younger than --min-age-ms, stay).
+    /// versions, and any replaced less than --min-age-ms ago, stay).
     Cleanup {
         #[arg(long)]
         dataset: PathBuf,
         /// Versions kept, newest first.
         #[arg(long, default_value_t = 1)]
         keep: usize,
-        /// Versions younger than this many milliseconds are kept.
-        #[arg(long, default_value_t = 0)]
-        min_age_ms: u64,
+        /// Versions that were the latest less than this many milliseconds
+        /// ago are kept (default: the config's retention.min_age_ms).
+        #[arg(long)]
+        min_age_ms: Option<u64>,
     },
     /// Retrain a column's index over all rows, replacing its segments.
     Reindex {

@@ -152,6 +152,7 @@ pub fn run(cli: Cli) -> Result<()> {
             keep,
             min_age_ms,
         } => {
+            let min_age_ms = min_age_ms.unwrap_or(config.retention.min_age_ms);
             let ds = Dataset::open_with_config(&dataset, config)?;
             let report = ds.cleanup(keep, std::time::Duration::from_millis(min_age_ms))?;
             super::print::stdout_line(format_args!(

@@ -239,7 +239,8 @@ fn check_names_and_counts(manifest: &Manifest) -> std::result::Result<(), String
 }
 
 /// Publishes `manifest` as its version, in this build's format with its
-/// checksum. Fails with `CommitConflict` when that version already exists;
+/// checksum. Fails with `CommitConflict` when that version already exists,
+/// or when a newer one does (the writer started from an old version);
 /// never overwrites.
 pub fn commit_manifest(root: &Path, manifest: &Manifest) -> Result<()> {
     let mut manifest = manifest.clone();
@@ -267,6 +268,18 @@ pub fn commit_manifest(root: &Path, manifest: &Manifest) -> Result<()> {
             })
         }
         Err(e) => return Err(Error::io(&final_path, e)),
+    }
+    // A version number retention removed is free again, so a writer on an
+    // old version could link it: the commit must be the newest version
+    // there is, or it conflicts (and its manifest goes again).
+    if list_versions(root)?
+        .last()
+        .is_some_and(|&v| v > manifest.version)
+    {
+        let _ = fs::remove_file(&final_path);
+        return Err(Error::CommitConflict {
+            version: manifest.version,
+        });
     }
     sync_dir(&dir)
 }

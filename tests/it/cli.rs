@@ -177,7 +177,15 @@ fn index_optimize_and_search_modes_from_the_command_line() {
     );
     let (out, _) = ok(&["optimize", "--dataset", &d("ds")]);
     assert!(out.contains("delta segment"), "{out}");
-    let (out, _) = ok(&["cleanup", "--dataset", &d("ds"), "--keep", "2"]);
+    let (out, _) = ok(&[
+        "cleanup",
+        "--dataset",
+        &d("ds"),
+        "--keep",
+        "2",
+        "--min-age-ms",
+        "0",
+    ]);
     assert!(
         out.contains("removed ") && out.contains(" versions and "),
         "{out}"

@@ -132,3 +132,67 @@ fn the_engine_keeps_only_its_configured_versions() {
         engine.shutdown().await;
     });
 }
+
+#[test]
+fn a_writer_on_a_removed_version_number_conflicts_instead_of_vanishing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, mut rows) = build(dir.path(), &[20], DIM, Metric::L2, 46);
+    let mut stale = ds.clone(); // holds version 2
+    let mut rng = rand::rngs::StdRng::seed_from_u64(47);
+    for _ in 0..5 {
+        let more = make_rows(&mut rng, rows.len() as i64, 4, DIM);
+        ds.append([batch_of(&more, DIM)]).unwrap();
+        rows.extend(more);
+    }
+    // Versions 3..6 are gone; the stale handle would commit version 3.
+    let report = ds.cleanup(1, Duration::ZERO).unwrap();
+    assert_eq!(report.versions_removed, vec![1, 3, 4, 5, 6]);
+    let late = make_rows(&mut rng, 1_000, 4, DIM);
+    assert!(matches!(
+        stale.append([batch_of(&late, DIM)]),
+        Err(shoal::Error::CommitConflict { version: 3 })
+    ));
+    assert!(matches!(
+        stale.delete("id >= 0"),
+        Err(shoal::Error::CommitConflict { .. })
+    ));
+    let latest = Dataset::open(dir.path()).unwrap();
+    assert_eq!(latest.version(), 7);
+    assert_eq!(latest.count_rows(), rows.len() as u64);
+    let left: Vec<u64> = latest
+        .versions()
+        .unwrap()
+        .iter()
+        .map(|v| v.version)
+        .collect();
+    assert_eq!(
+        left,
+        vec![2, 7],
+        "the stale writer's manifest was not left behind"
+    );
+}
+
+#[test]
+fn a_version_is_young_while_it_was_recently_the_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, rows) = build(dir.path(), &[10], DIM, Metric::L2, 48);
+    // Ages are wall-clock (a version's age is what is tested), with wide
+    // margins: version 2, committed 1.5 s ago, was the latest until now.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let more = make_rows(
+        &mut rand::rngs::StdRng::seed_from_u64(49),
+        rows.len() as i64,
+        3,
+        DIM,
+    );
+    ds.append([batch_of(&more, DIM)]).unwrap();
+    let report = ds.cleanup(1, Duration::from_millis(200)).unwrap();
+    assert_eq!(
+        report.versions_removed,
+        vec![1],
+        "version 2 was replaced just now"
+    );
+    std::thread::sleep(Duration::from_millis(250));
+    let report = ds.cleanup(1, Duration::from_millis(200)).unwrap();
+    assert_eq!(report.versions_removed, vec![2]);
+}

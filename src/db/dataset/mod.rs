@@ -153,8 +153,18 @@ impl Dataset {
     }
 
     fn from_manifest(root: PathBuf, manifest: Manifest, session: Session) -> Dataset {
+        let pin = retention::VersionPin::new(&root, manifest.version);
+        Dataset::pinned(root, manifest, session, pin)
+    }
+
+    fn pinned(
+        root: PathBuf,
+        manifest: Manifest,
+        session: Session,
+        pin: Arc<retention::VersionPin>,
+    ) -> Dataset {
         Dataset {
-            _pin: retention::VersionPin::new(&root, manifest.version),
+            _pin: pin,
             root,
             schema: Arc::new(manifest.schema.clone()),
             manifest: Arc::new(manifest),
@@ -164,13 +174,18 @@ impl Dataset {
     }
 
     fn with_manifest(&self, manifest: Manifest) -> Dataset {
+        let pin = retention::VersionPin::new(&self.root, manifest.version);
+        self.with_pinned_manifest(manifest, pin)
+    }
+
+    fn with_pinned_manifest(&self, manifest: Manifest, pin: Arc<retention::VersionPin>) -> Dataset {
         let schema = if manifest.schema == *self.schema {
             self.schema.clone()
         } else {
             Arc::new(manifest.schema.clone())
         };
         Dataset {
-            _pin: retention::VersionPin::new(&self.root, manifest.version),
+            _pin: pin,
             root: self.root.clone(),
             manifest: Arc::new(manifest),
             schema,
@@ -202,12 +217,24 @@ impl Dataset {
         if !root.exists() {
             return Err(Error::DatasetNotFound(root));
         }
-        let latest = *list_versions(&root)?
-            .last()
-            .ok_or_else(|| Error::NotADataset(root.clone()))?;
-        let manifest = read_manifest(&root, latest)?;
-        within_limits(&manifest, session.config())?;
-        Ok(Dataset::from_manifest(root, manifest, session.clone()))
+        // The version is pinned before its manifest is read, so that a
+        // cleanup either keeps it or has removed it (then a newer one is
+        // the latest: try again).
+        let mut tries = 0;
+        loop {
+            let latest = *list_versions(&root)?
+                .last()
+                .ok_or_else(|| Error::NotADataset(root.clone()))?;
+            let pin = retention::VersionPin::new(&root, latest);
+            match read_manifest(&root, latest) {
+                Ok(manifest) => {
+                    within_limits(&manifest, session.config())?;
+                    return Ok(Dataset::pinned(root, manifest, session.clone(), pin));
+                }
+                Err(Error::VersionNotFound { .. }) if tries < 3 => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// A handle on `version` of the same dataset (sharing loaded fragments).
@@ -215,9 +242,11 @@ impl Dataset {
         if version == self.manifest.version {
             return Ok(self.clone());
         }
+        // Pinned before the manifest is read (see `Dataset::cleanup`).
+        let pin = retention::VersionPin::new(&self.root, version);
         let manifest = read_manifest(&self.root, version)?;
         within_limits(&manifest, self.session.config())?;
-        Ok(self.with_manifest(manifest))
+        Ok(self.with_pinned_manifest(manifest, pin))
     }
 
     /// A handle on the newest committed version.

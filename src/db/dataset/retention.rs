@@ -47,7 +47,8 @@ fn canonical(root: &Path) -> PathBuf {
 }
 
 /// A handle's hold on its version: shared by the handle's clones,
-/// released when the last one is dropped.
+/// released when the last one is dropped. Taken before the version's
+/// manifest is read (see [`Dataset::cleanup`]).
 #[derive(Debug)]
 pub(crate) struct VersionPin {
     key: (PathBuf, u64),
@@ -108,18 +109,37 @@ impl Dataset {
         let keep = keep.max(1);
         let versions = list_versions(&self.root)?;
         let newest: BTreeSet<u64> = versions.iter().rev().take(keep).copied().collect();
+        let young_after = now_ms().saturating_sub(min_age.as_millis() as u64);
+        // Each version with its manifest (None: already removed by a
+        // concurrent cleanup) and when its successor replaced it.
+        let mut read: Vec<(u64, Option<Manifest>)> = Vec::with_capacity(versions.len());
+        for &v in &versions {
+            match read_manifest(&self.root, v) {
+                Ok(m) => read.push((v, Some(m))),
+                Err(Error::VersionNotFound { .. }) => read.push((v, None)),
+                Err(e) => return Err(e),
+            }
+        }
         let root = canonical(&self.root);
-        let pinned: BTreeSet<u64> = pins()
+        // Pins are read, and manifests removed, under the pin lock: a
+        // handle that pins a version first and reads its manifest second
+        // either is seen here or finds the manifest gone.
+        let pins = pins();
+        let pinned: BTreeSet<u64> = pins
             .keys()
             .filter(|(r, _)| *r == root)
             .map(|(_, v)| *v)
             .collect();
-        let young_after = now_ms().saturating_sub(min_age.as_millis() as u64);
         let mut kept_files = BTreeSet::new();
         let mut removed: Vec<(u64, Manifest)> = Vec::new();
-        for &v in &versions {
-            let manifest = read_manifest(&self.root, v)?;
-            if newest.contains(&v) || pinned.contains(&v) || manifest.timestamp_ms >= young_after {
+        let mut replaced_at = u64::MAX; // the latest is still current
+        for (v, manifest) in read.into_iter().rev() {
+            let Some(manifest) = manifest else { continue };
+            // A version is young while it was the latest less than
+            // `min_age` ago: another process may have opened it just then.
+            let young = replaced_at > young_after;
+            replaced_at = manifest.timestamp_ms;
+            if newest.contains(&v) || pinned.contains(&v) || young {
                 kept_files.extend(files_of(&self.root, &manifest));
             } else {
                 removed.push((v, manifest));
@@ -127,12 +147,18 @@ impl Dataset {
         }
         let mut report = Cleanup::default();
         let mut doomed = BTreeSet::new();
+        removed.sort_by_key(|(v, _)| *v);
         for (v, manifest) in &removed {
             let path = manifest_path(&self.root, *v);
-            std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
-            report.versions_removed.push(*v);
+            match std::fs::remove_file(&path) {
+                Ok(()) => report.versions_removed.push(*v),
+                // Removed by a concurrent cleanup.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&path, e)),
+            }
             doomed.extend(files_of(&self.root, manifest));
         }
+        drop(pins);
         for path in doomed.difference(&kept_files) {
             let bytes = size_of(path);
             let gone = if path.is_dir() {
