@@ -258,6 +258,24 @@ pub fn commit_manifest(root: &Path, manifest: &Manifest) -> Result<()> {
     let json = serde_json::to_vec_pretty(manifest)
         .map_err(|e| Error::Internal(format!("manifest serialisation: {e}")))?;
     write_synced(&tmp_path, &json)?;
+    // A version number retention removed is free again, so a writer still
+    // on an old version could link it: a commit must be newer than every
+    // version there is (cleanup never removes the newest, so a newer one
+    // is still listed), or it conflicts. Equal numbers are the link's job.
+    let newest = match list_versions(root) {
+        Ok(versions) => versions.last().copied(),
+        Err(Error::NotADataset(_)) => None, // the first commit, by create
+        Err(e) => {
+            let _ = fs::remove_file(&tmp_path);
+            return Err(e);
+        }
+    };
+    if newest.is_some_and(|v| v > manifest.version) {
+        let _ = fs::remove_file(&tmp_path);
+        return Err(Error::CommitConflict {
+            version: manifest.version,
+        });
+    }
     let linked = fs::hard_link(&tmp_path, &final_path);
     let _ = fs::remove_file(&tmp_path);
     match linked {
@@ -268,18 +286,6 @@ pub fn commit_manifest(root: &Path, manifest: &Manifest) -> Result<()> {
             })
         }
         Err(e) => return Err(Error::io(&final_path, e)),
-    }
-    // A version number retention removed is free again, so a writer on an
-    // old version could link it: the commit must be the newest version
-    // there is, or it conflicts (and its manifest goes again).
-    if list_versions(root)?
-        .last()
-        .is_some_and(|&v| v > manifest.version)
-    {
-        let _ = fs::remove_file(&final_path);
-        return Err(Error::CommitConflict {
-            version: manifest.version,
-        });
     }
     sync_dir(&dir)
 }
