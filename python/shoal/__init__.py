@@ -225,10 +225,10 @@ class Dataset:
         ``id``, ``_distance`` and the ``select``-ed columns, nearest first.
         Calls from many threads are coalesced into shared scans (the GIL is
         released while waiting)."""
-        batch = self._native.search(
-            _float32_vector(vector), k, filter, postfilter, _names(select), nprobes,
-            refine_factor, column, version, exact, timeout_ms,
-        )
+        batch = self._native.search(*_request(
+            vector, k, filter, select, nprobes, refine_factor, postfilter, column, version, exact,
+            timeout_ms,
+        ))
         return _as_table(batch)
 
     async def search_async(
@@ -247,9 +247,9 @@ class Dataset:
     ) -> pa.Table:
         """:meth:`search` as a coroutine: concurrent tasks share batches, and
         cancelling the task cancels its search."""
-        request = (
-            _float32_vector(vector), k, filter, postfilter, _names(select), nprobes,
-            refine_factor, column, version, exact, timeout_ms,
+        request = _request(
+            vector, k, filter, select, nprobes, refine_factor, postfilter, column, version, exact,
+            timeout_ms,
         )
         loop = asyncio.get_running_loop()
         future = loop.create_future()
@@ -380,6 +380,18 @@ class _Mailbox:
 
 
 _Mailbox._by_loop = weakref.WeakKeyDictionary()
+
+
+def _request(vector: Any, k: int, filter: Optional[str], select: Optional[Sequence[str]],
+             nprobes: Optional[int], refine_factor: Optional[int], postfilter: bool,
+             column: Optional[str], version: Optional[int], exact: bool,
+             timeout_ms: Optional[int]) -> tuple:
+    """One search as the native side takes it (`Dataset.search`'s arguments
+    and `Dataset.submit`'s request tuples share this order)."""
+    return (
+        _float32_vector(vector), k, filter, postfilter, _names(select), nprobes,
+        refine_factor, column, version, exact, timeout_ms,
+    )
 
 
 def _names(select: Optional[Sequence[str]]) -> Optional[List[str]]:

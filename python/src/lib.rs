@@ -287,6 +287,21 @@ fn results_batch(
     RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), columns).map_err(arrow_err)
 }
 
+/// One search's answer as its record batch (`id`, `_distance`, the
+/// selected columns).
+fn response_batch(
+    response: shoal::SearchResponse,
+    handle: &DatasetHandle,
+) -> Result<RecordBatch, shoal::Error> {
+    let results = SearchResults {
+        version: response.version,
+        projection: response.projection,
+        projections: Vec::new(),
+        hits: vec![response.hits],
+    };
+    results_batch(&results, handle.latest().schema(), false)
+}
+
 /// A dataset schema from an Arrow schema: `FixedSizeList<float32>` columns
 /// are vectors (with `metric`), integers, floats, strings and booleans
 /// scalars; an `id` column must be int64 and is the row id.
@@ -736,13 +751,7 @@ impl Dataset {
         let batch = py
             .detach(|| {
                 let response = runtime().block_on(handle.search(&query))?;
-                let results = SearchResults {
-                    version: response.version,
-                    projection: response.projection,
-                    projections: Vec::new(),
-                    hits: vec![response.hits],
-                };
-                results_batch(&results, handle.latest().schema(), false)
+                response_batch(response, &handle)
             })
             .map_err(to_py)?;
         batch.to_pyarrow(py)
@@ -802,13 +811,7 @@ impl Dataset {
                     let handle = handle.clone();
                     async move {
                         let response = handle.search(&query).await?;
-                        let results = SearchResults {
-                            version: response.version,
-                            projection: response.projection,
-                            projections: Vec::new(),
-                            hits: vec![response.hits],
-                        };
-                        results_batch(&results, handle.latest().schema(), false)
+                        response_batch(response, &handle)
                     }
                 })
                 .await

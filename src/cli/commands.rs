@@ -276,124 +276,117 @@ pub fn run(cli: Cli) -> Result<()> {
             filters,
             adaptive,
             refine_factor,
-        } => match mode.unwrap_or(if !concurrency.is_empty() {
-            BenchModeArg::Engine
-        } else if dataset.is_some() {
-            BenchModeArg::Batch
-        } else {
-            BenchModeArg::Exact
-        }) {
-            BenchModeArg::Exact => {
-                let opts = ExactBenchOptions {
-                    rows,
-                    dim,
-                    batch_sizes,
-                    k,
-                    seconds,
-                };
-                let report = run_exact(&opts, &config)?;
-                if let Some(p) = json {
-                    write_json(&p, &report)?;
-                }
-                Ok(())
-            }
-            BenchModeArg::Ivf => {
-                let opts = IvfBenchOptions {
-                    base,
-                    queries,
-                    groundtruth,
-                    rows,
-                    dim,
-                    num_queries,
-                    metric: metric.into(),
-                    kinds: types.iter().map(|t| t.kind(sub_vectors)).collect(),
-                    partitions,
-                    nprobes,
-                    k,
-                    export,
-                };
-                let report = run_ivf(&opts, &config)?;
-                if let Some(p) = json {
-                    write_json(&p, &report)?;
-                }
-                Ok(())
-            }
-            BenchModeArg::Batch => {
-                let (Some(dataset), Some(queries)) = (dataset, queries) else {
-                    return Err(Error::InvalidArgument(
-                        "--mode batch needs --dataset and --queries".into(),
-                    ));
-                };
-                let mut config = config;
+        } => {
+            // What the dataset benchmarks (batch, engine) share: the cache
+            // size asked for and the query shape.
+            let nprobe = nprobes.first().copied().unwrap_or(16);
+            let dataset_bench_setup = || -> Result<(Config, QueryShape)> {
+                let mut config = config.clone();
                 if let Some(c) = cache_bytes {
                     config.cache.capacity_bytes = shoal::config::CacheCapacity::Bytes(c);
                 }
-                let shape = QueryShape::new(
-                    filter,
-                    filters,
-                    nprobes.first().copied().unwrap_or(16),
-                    &adaptive,
-                    refine_factor,
-                )?;
-                let opts = BatchBenchOptions {
-                    dataset,
-                    queries,
-                    groundtruth,
-                    k,
-                    shape,
-                    batch_sizes,
-                    modes: modes.into_iter().map(Into::into).collect(),
-                    passes,
-                };
-                let rows = run_batch(&opts, &config)?;
-                if let Some(p) = json {
-                    write_json(&p, &rows)?;
+                let shape = QueryShape::new(filter, filters, nprobe, &adaptive, refine_factor)?;
+                Ok((config, shape))
+            };
+            match mode.unwrap_or(if !concurrency.is_empty() {
+                BenchModeArg::Engine
+            } else if dataset.is_some() {
+                BenchModeArg::Batch
+            } else {
+                BenchModeArg::Exact
+            }) {
+                BenchModeArg::Exact => {
+                    let opts = ExactBenchOptions {
+                        rows,
+                        dim,
+                        batch_sizes,
+                        k,
+                        seconds,
+                    };
+                    let report = run_exact(&opts, &config)?;
+                    if let Some(p) = json {
+                        write_json(&p, &report)?;
+                    }
+                    Ok(())
                 }
-                Ok(())
+                BenchModeArg::Ivf => {
+                    let opts = IvfBenchOptions {
+                        base,
+                        queries,
+                        groundtruth,
+                        rows,
+                        dim,
+                        num_queries,
+                        metric: metric.into(),
+                        kinds: types.iter().map(|t| t.kind(sub_vectors)).collect(),
+                        partitions,
+                        nprobes,
+                        k,
+                        export,
+                    };
+                    let report = run_ivf(&opts, &config)?;
+                    if let Some(p) = json {
+                        write_json(&p, &report)?;
+                    }
+                    Ok(())
+                }
+                BenchModeArg::Batch => {
+                    let (Some(dataset), Some(queries)) = (dataset, queries) else {
+                        return Err(Error::InvalidArgument(
+                            "--mode batch needs --dataset and --queries".into(),
+                        ));
+                    };
+                    let (config, shape) = dataset_bench_setup()?;
+                    let opts = BatchBenchOptions {
+                        dataset,
+                        queries,
+                        groundtruth,
+                        k,
+                        shape,
+                        batch_sizes,
+                        modes: modes.into_iter().map(Into::into).collect(),
+                        passes,
+                    };
+                    let rows = run_batch(&opts, &config)?;
+                    if let Some(p) = json {
+                        write_json(&p, &rows)?;
+                    }
+                    Ok(())
+                }
+                BenchModeArg::Engine => {
+                    let (Some(dataset), Some(queries)) = (dataset, queries) else {
+                        return Err(Error::InvalidArgument(
+                            "--mode engine needs --dataset and --queries".into(),
+                        ));
+                    };
+                    let (config, shape) = dataset_bench_setup()?;
+                    let opts = EngineBenchOptions {
+                        dataset,
+                        queries,
+                        groundtruth,
+                        k,
+                        shape,
+                        concurrency: if concurrency.is_empty() {
+                            vec![1, 16, 64, 256]
+                        } else {
+                            concurrency
+                        },
+                        windows_us: if window_us.is_empty() {
+                            vec![config.coalescer.window_us]
+                        } else {
+                            window_us
+                        },
+                        seconds,
+                        passes,
+                        plot,
+                    };
+                    let rows = run_engine_bench(&opts, &config)?;
+                    if let Some(p) = json {
+                        write_json(&p, &rows)?;
+                    }
+                    Ok(())
+                }
             }
-            BenchModeArg::Engine => {
-                let (Some(dataset), Some(queries)) = (dataset, queries) else {
-                    return Err(Error::InvalidArgument(
-                        "--mode engine needs --dataset and --queries".into(),
-                    ));
-                };
-                let mut config = config;
-                if let Some(c) = cache_bytes {
-                    config.cache.capacity_bytes = shoal::config::CacheCapacity::Bytes(c);
-                }
-                let shape = QueryShape::new(
-                    filter,
-                    filters,
-                    nprobes.first().copied().unwrap_or(16),
-                    &adaptive,
-                    refine_factor,
-                )?;
-                let opts = EngineBenchOptions {
-                    dataset,
-                    queries,
-                    groundtruth,
-                    k,
-                    shape,
-                    concurrency: if concurrency.is_empty() {
-                        vec![1, 16, 64, 256]
-                    } else {
-                        concurrency
-                    },
-                    windows_us: if window_us.is_empty() {
-                        vec![config.coalescer.window_us]
-                    } else {
-                        window_us
-                    },
-                    seconds,
-                    passes,
-                    plot,
-                };
-                let rows = run_engine_bench(&opts, &config)?;
-                if let Some(p) = json {
-                    write_json(&p, &rows)?;
-                }
-                Ok(())
-            }
-        },
+        }
     }
 }

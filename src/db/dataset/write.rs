@@ -52,6 +52,66 @@ impl IntoRecordBatch for Result<RecordBatch> {
     }
 }
 
+/// Fills new fragment files of up to `ingest.rows_per_fragment` rows from
+/// a stream of batches, adding each finished fragment (and the ids it
+/// takes) to the next version's manifest: what append and compaction
+/// write with.
+struct FragmentFiller<'a> {
+    root: &'a std::path::Path,
+    per_fragment: u64,
+    writer: Option<FragmentWriter>,
+}
+
+impl<'a> FragmentFiller<'a> {
+    fn new(dataset: &'a Dataset) -> Self {
+        FragmentFiller {
+            root: &dataset.root,
+            per_fragment: dataset.config().ingest.rows_per_fragment as u64,
+            writer: None,
+        }
+    }
+
+    /// Writes `batch` (already in the schema's stored form), starting a
+    /// new fragment whenever the open one is full.
+    fn write(&mut self, manifest: &mut Manifest, batch: &RecordBatch) -> Result<()> {
+        let mut start = 0usize;
+        while start < batch.num_rows() {
+            let w = match self.writer.as_mut() {
+                Some(w) => w,
+                None => {
+                    let id = manifest.next_fragment_id;
+                    manifest.next_fragment_id = id
+                        .checked_add(1)
+                        .ok_or_else(|| Error::Internal("fragment ids exhausted".into()))?;
+                    self.writer
+                        .insert(FragmentWriter::create(self.root, id, &manifest.schema)?)
+                }
+            };
+            let room = (self.per_fragment - w.rows()) as usize;
+            let take = room.min(batch.num_rows() - start);
+            w.write(&batch.slice(start, take))?;
+            start += take;
+            if w.rows() == self.per_fragment {
+                if let Some(full) = self.writer.take() {
+                    manifest.fragments.push(full.finish()?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the open fragment, if it holds rows, and syncs the data
+    /// directory.
+    fn finish(mut self, manifest: &mut Manifest) -> Result<()> {
+        if let Some(w) = self.writer.take() {
+            if w.rows() > 0 {
+                manifest.fragments.push(w.finish()?);
+            }
+        }
+        sync_dir(&self.root.join(DATA_DIR))
+    }
+}
+
 impl Dataset {
     /// Writes `batches` as new fragments of the next version without
     /// publishing it. Batches are conformed to the schema; rows without an
@@ -60,52 +120,24 @@ impl Dataset {
     where
         I: IntoIterator<Item = Result<RecordBatch>>,
     {
-        let schema = &self.manifest.schema;
-        let per_fragment = self.config().ingest.rows_per_fragment as u64;
         let mut manifest = self.manifest.next("append");
-        let mut writer: Option<FragmentWriter> = None;
+        let mut filler = FragmentFiller::new(self);
         let mut appended = 0u64;
         for batch in batches {
             let batch = batch?;
             let first_id = i64::try_from(manifest.rows_appended)
                 .map_err(|_| Error::Internal("row count overflows int64".into()))?;
-            let batch = conform_batch(schema, &batch, first_id, appended)?;
-            let mut start = 0usize;
-            while start < batch.num_rows() {
-                let w = match writer.as_mut() {
-                    Some(w) => w,
-                    None => {
-                        let id = manifest.next_fragment_id;
-                        manifest.next_fragment_id = id
-                            .checked_add(1)
-                            .ok_or_else(|| Error::Internal("fragment ids exhausted".into()))?;
-                        writer.insert(FragmentWriter::create(&self.root, id, schema)?)
-                    }
-                };
-                let room = (per_fragment - w.rows()) as usize;
-                let take = room.min(batch.num_rows() - start);
-                w.write(&batch.slice(start, take))?;
-                start += take;
-                if w.rows() == per_fragment {
-                    if let Some(full) = writer.take() {
-                        manifest.fragments.push(full.finish()?);
-                    }
-                }
-            }
+            let batch = conform_batch(&manifest.schema, &batch, first_id, appended)?;
+            filler.write(&mut manifest, &batch)?;
             manifest.rows_appended += batch.num_rows() as u64;
             appended += batch.num_rows() as u64;
-        }
-        if let Some(w) = writer.take() {
-            if w.rows() > 0 {
-                manifest.fragments.push(w.finish()?);
-            }
         }
         if appended == 0 {
             return Err(Error::InvalidArgument(
                 "nothing to append: the input has no rows".into(),
             ));
         }
-        sync_dir(&self.root.join(DATA_DIR))?;
+        filler.finish(&mut manifest)?;
         Ok(StagedCommit {
             dataset: self.clone(),
             manifest,
@@ -209,51 +241,23 @@ impl Dataset {
             .iter()
             .map(|v| (v.rows() as u64) - v.meta.deleted_rows)
             .sum();
-        let per_fragment = self.config().ingest.rows_per_fragment as u64;
-        let schema = self.manifest.schema.clone();
         let mut manifest = self.manifest.next("compact");
         manifest.fragments.retain(|f| !tail.contains(&f.id));
-        let mut writer: Option<FragmentWriter> = None;
+        let mut filler = FragmentFiller::new(self);
         let mut written = 0u64;
         for (n, view) in views.iter().enumerate() {
             for batch in view.visible_batches()? {
-                let mut start = 0usize;
-                while start < batch.num_rows() {
-                    let w = match writer.as_mut() {
-                        Some(w) => w,
-                        None => {
-                            let id = manifest.next_fragment_id;
-                            manifest.next_fragment_id = id
-                                .checked_add(1)
-                                .ok_or_else(|| Error::Internal("fragment ids exhausted".into()))?;
-                            writer.insert(FragmentWriter::create(&self.root, id, &schema)?)
-                        }
-                    };
-                    let room = (per_fragment - w.rows()) as usize;
-                    let take = room.min(batch.num_rows() - start);
-                    w.write(&batch.slice(start, take))?;
-                    start += take;
-                    written += take as u64;
-                    if w.rows() == per_fragment {
-                        if let Some(full) = writer.take() {
-                            manifest.fragments.push(full.finish()?);
-                        }
-                    }
-                }
+                filler.write(&mut manifest, &batch)?;
+                written += batch.num_rows() as u64;
             }
             Progress::maybe(self.progress(), "compact", n as u64 + 1, views.len() as u64);
         }
-        if let Some(w) = writer.take() {
-            if w.rows() > 0 {
-                manifest.fragments.push(w.finish()?);
-            }
-        }
+        filler.finish(&mut manifest)?;
         if written != total {
             return Err(Error::Internal(format!(
                 "compaction read {written} rows where the manifest counts {total}"
             )));
         }
-        sync_dir(&self.root.join(DATA_DIR))?;
         commit_manifest(&self.root, &manifest)?;
         *self = self.with_manifest(manifest);
         Ok(self.commit_answer(written, Vec::new()))
