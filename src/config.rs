@@ -39,8 +39,8 @@ pub struct Config {
 pub struct RetentionConfig {
     /// Versions kept, newest first (0: keep every version).
     pub keep_versions: usize,
-    /// Versions younger than this are kept whatever their number (other
-    /// processes may be reading them).
+    /// Versions that stopped being the latest less than this long ago are
+    /// kept whatever their number (other processes may be reading them).
     pub min_age_ms: u64,
 }
 
