@@ -30,6 +30,8 @@ pub struct Config {
     pub server: ServerConfig,
     /// How many old versions the engine keeps.
     pub retention: RetentionConfig,
+    /// Object storage (datasets given by URL).
+    pub storage: StorageConfig,
 }
 
 /// Which old versions (and the files only they use) the engine removes
@@ -115,6 +117,36 @@ pub struct CacheConfig {
     pub filter_mask_bytes: CacheCapacity,
     /// Partition loads in flight at once.
     pub max_concurrent_loads: usize,
+    /// Bytes of object-storage files kept on local disk.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub disk_bytes: u64,
+    /// Directory of that disk cache (empty: the system's temp dir).
+    pub disk_dir: String,
+}
+
+/// Object storage: credentials, endpoint, retries, and how often a
+/// dataset's versions are listed again.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Endpoint URL (empty: from the environment or the provider's).
+    pub endpoint: String,
+    /// Region (empty: from the environment).
+    pub region: String,
+    /// Access key id (empty: from the environment).
+    pub access_key_id: String,
+    /// Secret access key (empty: from the environment).
+    pub secret_access_key: String,
+    /// Allows plain-HTTP endpoints (also `AWS_ALLOW_HTTP=true`).
+    pub allow_http: bool,
+    /// Longest a process goes without noticing another's commit.
+    pub refresh_ms: u64,
+    /// Retries of a failed request (transient errors only).
+    pub max_retries: usize,
+    /// Time limit over all tries of one request.
+    pub retry_timeout_ms: u64,
+    /// Time limit of one try.
+    pub request_timeout_ms: u64,
 }
 
 /// A memory size: a number of bytes, a size string (`"512MiB"`, `"2GB"`,

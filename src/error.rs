@@ -27,6 +27,9 @@ pub enum ErrorKind {
     Cancelled,
     /// The request's deadline passed before it could run (504).
     DeadlineExceeded,
+    /// Object storage could not be reached or refused shoal's credentials;
+    /// nothing was changed, and retrying later may succeed (503).
+    Unavailable,
     /// shoal or its storage failed: I/O, corruption, a bug (500).
     Internal,
 }
@@ -165,6 +168,17 @@ pub enum Error {
     /// The engine is shutting down and takes no new requests.
     #[error("the engine is shutting down")]
     ShuttingDown,
+    /// Object storage could not be reached, or refused the request (a
+    /// missing bucket, denied credentials, a timed-out or interrupted
+    /// transfer), after the configured retries. Nothing was changed: a
+    /// write that fails here commits nothing.
+    #[error("storage unavailable at {url}: {message}")]
+    StorageUnavailable {
+        /// The dataset or object URL.
+        url: String,
+        /// What the store answered.
+        message: String,
+    },
     /// A bug: an invariant of shoal itself did not hold.
     #[error("internal error: {0}")]
     Internal(String),
@@ -198,6 +212,7 @@ impl Error {
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Overloaded(_) | Error::ShuttingDown => ErrorKind::Overloaded,
             Error::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
+            Error::StorageUnavailable { .. } => ErrorKind::Unavailable,
             Error::Io { .. } | Error::Corrupt { .. } | Error::Arrow(_) | Error::Internal(_) => {
                 ErrorKind::Internal
             }

@@ -63,6 +63,9 @@ mod sync;
 pub use arrow_array;
 /// See [`arrow_array`].
 pub use arrow_schema;
+/// The `object_store` crate shoal is built with (for
+/// [`Session::register_object_store`]).
+pub use object_store;
 
 pub use cancel::CancelToken;
 pub use config::Config;
@@ -81,7 +84,7 @@ pub use query::{
 pub use serve::{
     BlockingDataset, BlockingEngine, DatasetHandle, Engine, EngineStats, HistogramSnapshot,
 };
-pub use storage::{Column, ColumnType, FragmentMeta, Manifest, Schema, ID_COLUMN};
+pub use storage::{Column, ColumnType, DiskCache, FragmentMeta, Manifest, Schema, ID_COLUMN};
 
 /// Reading input files into datasets: `.fvecs`, `.npy`, Parquet and JSON
 /// Lines, streamed in chunks and committed as one version.
@@ -117,5 +120,5 @@ pub mod internals {
     };
     pub use crate::serve::dataset_names_in;
     pub use crate::serve::reply::{reply_channel, ReplyReceiver, ReplySender, SenderGone};
-    pub use crate::storage::{ColumnCache, FragmentView};
+    pub use crate::storage::{ColumnCache, DatasetRoot, FragmentView, Remote};
 }

@@ -3,7 +3,7 @@
 
 use super::print::progress_printer;
 use shoal::demo::{clustered_vectors, demo_batch, demo_schema};
-use shoal::{Config, Dataset, Engine, Error, Metric, Result};
+use shoal::{Config, Engine, Error, Metric, Result, Session};
 use shoal::{IndexKind, IndexParams};
 use std::path::Path;
 
@@ -18,9 +18,15 @@ pub fn run_serve(data_dir: &Path, listen: Option<String>, mut config: Config) ->
         config.server.listen = listen;
     }
     config.validate()?;
-    std::fs::create_dir_all(data_dir).map_err(|e| Error::io(data_dir, e))?;
-    if shoal::internals::dataset_names_in(data_dir)?.is_empty() {
-        build_demo(&data_dir.join("demo"), &config)?;
+    let session = Session::new(config.clone());
+    let remote = data_dir
+        .to_str()
+        .is_some_and(|d| d.contains("://") && !d.starts_with("file://"));
+    if !remote {
+        std::fs::create_dir_all(data_dir).map_err(|e| Error::io(data_dir, e))?;
+    }
+    if shoal::internals::dataset_names_in(&session, data_dir)?.is_empty() {
+        build_demo(&session, &data_dir.join("demo"))?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -35,7 +41,7 @@ pub fn run_serve(data_dir: &Path, listen: Option<String>, mut config: Config) ->
         let address = listener
             .local_addr()
             .map_err(|e| Error::Internal(format!("no local address: {e}")))?;
-        let engine = Engine::start(config, data_dir)?;
+        let engine = Engine::with_session(session, data_dir)?;
         let names = engine.dataset_names().await?;
         let stop = stop_signal()?;
         println!(
@@ -90,16 +96,12 @@ fn stop_signal() -> Result<impl std::future::Future<Output = ()> + Send + 'stati
 
 /// The demo: 100,000 seeded clustered vectors of 128 floats with
 /// `category` and `len` columns, indexed with IVF_FLAT (256 partitions).
-fn build_demo(dir: &Path, config: &Config) -> Result<()> {
+fn build_demo(session: &Session, dir: &Path) -> Result<()> {
     eprintln!(
         "no dataset under {}: building the demo dataset ({DEMO_ROWS} × {DEMO_DIM}, ivf_flat)",
         dir.parent().unwrap_or(dir).display()
     );
-    let mut ds = Dataset::create(
-        dir,
-        demo_schema("vector", DEMO_DIM, Metric::L2)?,
-        config.clone(),
-    )?;
+    let mut ds = session.create(dir, demo_schema("vector", DEMO_DIM, Metric::L2)?)?;
     let vectors = clustered_vectors(DEMO_ROWS, DEMO_DIM, 256, 42);
     let chunk = 10_000;
     let progress = progress_printer();

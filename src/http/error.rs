@@ -48,7 +48,7 @@ pub fn status_of(e: &Error) -> StatusCode {
         },
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Conflict => StatusCode::CONFLICT,
-        ErrorKind::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Overloaded | ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
         ErrorKind::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -78,6 +78,7 @@ pub fn code_of(e: &Error) -> &'static str {
         Error::Cancelled => "cancelled",
         Error::Overloaded(_) => "overloaded",
         Error::DeadlineExceeded { .. } => "deadline_exceeded",
+        Error::StorageUnavailable { .. } => "storage_unavailable",
         Error::ShuttingDown => "shutting_down",
         Error::Internal(_) => "internal",
     }

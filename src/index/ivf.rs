@@ -25,6 +25,7 @@ use crate::index::sq::ScalarQuantizer;
 use crate::kernel::{Metric, PreparedQueries, VectorBlocks};
 pub use crate::storage::index_meta::{IndexKind, IndexParams, IndexSegmentMeta};
 use crate::storage::manifest::write_synced;
+use crate::storage::DatasetRoot;
 use crate::storage::FragmentView;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -32,8 +33,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Directory of index segments inside a dataset.
-pub const INDICES_DIR: &str = "indices";
+pub use crate::storage::index_meta::INDICES_DIR;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct PartitionEntry {
@@ -294,7 +294,7 @@ pub fn validate_params(params: &IndexParams, dim: usize, rows: u64) -> Result<()
 /// model unless `model` (from an earlier segment) is given.
 #[allow(clippy::too_many_arguments)]
 pub fn build_segment(
-    root: &Path,
+    root: &DatasetRoot,
     column: &str,
     dim: usize,
     metric: Metric,
@@ -386,6 +386,9 @@ pub fn build_segment(
     let json = serde_json::to_vec_pretty(&directory).map_err(|e| Error::Internal(e.to_string()))?;
     write_synced(&dir.join("segment.json"), &json)?;
     crate::storage::manifest::sync_dir(&dir)?;
+    for file in ["partitions.bin", "model.bin", "segment.json"] {
+        root.wrote(&format!("{INDICES_DIR}/{id}/{file}"));
+    }
     let meta = IndexSegmentMeta {
         id,
         column: column.to_string(),
@@ -418,14 +421,17 @@ pub struct LoadedSegment {
 
 impl LoadedSegment {
     /// Opens a segment's files and checks the model's checksum.
-    pub fn open(root: &Path, meta: &IndexSegmentMeta, dim: usize) -> Result<LoadedSegment> {
+    pub fn open(root: &DatasetRoot, meta: &IndexSegmentMeta, dim: usize) -> Result<LoadedSegment> {
         let dir = root.join(INDICES_DIR).join(&meta.id);
         let missing = |p: &Path, e: std::io::Error| match e.kind() {
             std::io::ErrorKind::NotFound => Error::corrupt(p, "index file is missing"),
             _ => Error::io(p, e),
         };
+        let rel = |file: &str| format!("{INDICES_DIR}/{}/{file}", meta.id);
         let dpath = dir.join("segment.json");
-        let bytes = std::fs::read(&dpath).map_err(|e| missing(&dpath, e))?;
+        let bytes = root
+            .read(&rel("segment.json"))?
+            .map_err(|e| missing(&dpath, e))?;
         let directory: SegmentDirectory =
             serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&dpath, e.to_string()))?;
         if !(1..=SEGMENT_FORMAT).contains(&directory.format) {
@@ -438,7 +444,9 @@ impl LoadedSegment {
             ));
         }
         let mpath = dir.join("model.bin");
-        let model_raw = std::fs::read(&mpath).map_err(|e| missing(&mpath, e))?;
+        let model_raw = root
+            .read(&rel("model.bin"))?
+            .map_err(|e| missing(&mpath, e))?;
         if model_raw.len() as u64 != directory.model_bytes
             || crc32fast::hash(&model_raw) != directory.model_crc32
         {
@@ -489,7 +497,9 @@ impl LoadedSegment {
             return Err(Error::corrupt(&mpath, "model has unexpected length"));
         }
         let ppath = dir.join("partitions.bin");
-        let file = std::fs::File::open(&ppath).map_err(|e| missing(&ppath, e))?;
+        let file = root
+            .open(&rel("partitions.bin"))?
+            .map_err(|e| missing(&ppath, e))?;
         // Every partition must lie inside the file: a directory entry that
         // points past its end (a hand-edited length of 10^15) is corrupt,
         // never a huge allocation.

@@ -13,8 +13,9 @@ use super::handle::DatasetHandle;
 use super::scanner::Scanner;
 use super::stats::{EngineStats, Stats};
 use crate::config::Config;
-use crate::db::{Dataset, Session};
+use crate::db::Session;
 use crate::error::{Error, Result};
+use crate::storage::remote::{file_url_path, is_url};
 use crate::storage::Schema;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -72,7 +73,12 @@ impl Engine {
         })?;
         config.validate()?;
         let data_dir = data_dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&data_dir).map_err(|e| Error::io(&data_dir, e))?;
+        let remote = data_dir
+            .to_str()
+            .is_some_and(|d| is_url(d) && file_url_path(d).is_none());
+        if !remote {
+            std::fs::create_dir_all(&data_dir).map_err(|e| Error::io(&data_dir, e))?;
+        }
         let stats = Arc::new(Stats::new());
         let budget = MemoryBudget::new(config.limits.memory_budget_bytes.bytes());
         let scanner = Arc::new(Scanner::new(
@@ -116,7 +122,8 @@ impl Engine {
         self.core.session.config()
     }
 
-    /// The directory whose subdirectories are the datasets.
+    /// The directory (or object-storage URL) whose children are the
+    /// datasets.
     pub fn data_dir(&self) -> &Path {
         &self.core.data_dir
     }
@@ -153,7 +160,8 @@ impl Engine {
     /// Names of the datasets under the data directory, sorted.
     pub async fn dataset_names(&self) -> Result<Vec<String>> {
         let dir = self.core.data_dir.clone();
-        on_blocking_thread(move || dataset_names_in(&dir)).await
+        let session = self.core.session.clone();
+        on_blocking_thread(move || dataset_names_in(&session, &dir)).await
     }
 
     /// A snapshot of the engine's counters, histograms and gauges.
@@ -199,16 +207,13 @@ impl EngineCore {
     }
 }
 
-/// Names of the datasets an engine on `dir` serves, sorted: the
-/// subdirectories holding a dataset whose names pass `check_name`.
-/// Reads the directory (blocking).
-pub fn dataset_names_in(dir: &Path) -> Result<Vec<String>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+/// Names of the datasets an engine on `dir` (a directory or an
+/// object-storage URL) serves, sorted: the children holding a dataset
+/// whose names pass `check_name`. Blocking.
+pub fn dataset_names_in(session: &Session, dir: &Path) -> Result<Vec<String>> {
     let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if check_name(&name).is_ok() && Dataset::exists(entry.path()) {
+    for name in session.children(dir)? {
+        if check_name(&name).is_ok() && session.exists(dir.join(&name))? {
             names.push(name);
         }
     }

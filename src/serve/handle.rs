@@ -39,6 +39,9 @@ struct HandleInner {
     engine: Arc<EngineCore>,
     latest: RwLock<Dataset>,
     writes: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// When the storage was last asked for newer versions (another
+    /// process may commit: a replica, or a second writer of a directory).
+    checked_at: tokio::sync::Mutex<Instant>,
 }
 
 impl HandleInner {
@@ -51,12 +54,35 @@ impl HandleInner {
         }
     }
 
-    /// Makes `dataset` the latest version.
+    /// Makes `dataset` the latest version, unless a newer one is there.
     fn publish(&self, dataset: Dataset) {
-        match self.latest.write() {
-            Ok(mut latest) => *latest = dataset,
-            Err(poisoned) => *poisoned.into_inner() = dataset,
+        let mut latest = match self.latest.write() {
+            Ok(latest) => latest,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if dataset.version() >= latest.version() {
+            *latest = dataset;
         }
+    }
+
+    /// The latest version, after asking the storage for a newer one when
+    /// `storage.refresh_ms` has passed since the last time (one caller
+    /// asks; the others meanwhile take the version known).
+    async fn refreshed(&self) -> Dataset {
+        let latest = self.latest();
+        let every = Duration::from_millis(latest.config().storage.refresh_ms);
+        let Ok(mut checked_at) = self.checked_at.try_lock() else {
+            return latest;
+        };
+        if checked_at.elapsed() < every {
+            return latest;
+        }
+        *checked_at = Instant::now();
+        match on_blocking_thread(move || latest.checkout_latest()).await {
+            Ok(newest) => self.publish(newest),
+            Err(e) => tracing::warn!(error = %e, "looking for newer versions failed"),
+        }
+        self.latest()
     }
 }
 
@@ -86,6 +112,7 @@ impl DatasetHandle {
                 engine,
                 latest: RwLock::new(dataset),
                 writes: Default::default(),
+                checked_at: tokio::sync::Mutex::new(Instant::now()),
             }),
             progress: None,
         }
@@ -235,7 +262,7 @@ impl DatasetHandle {
     /// The version a search asks for: the latest as of now, or the one it
     /// names (read on a blocking thread).
     async fn snapshot(&self, version: Option<u64>) -> Result<Dataset> {
-        let latest = self.latest();
+        let latest = self.inner.refreshed().await;
         match version {
             None => Ok(latest),
             Some(v) if v == latest.version() => Ok(latest),
@@ -254,7 +281,11 @@ impl DatasetHandle {
     pub async fn explain(&self, batch: &BatchQuery) -> Result<(SearchResults, Profile)> {
         let engine = &self.inner.engine;
         engine.check_open()?;
-        let run = engine.scanner.run_explicit(self.latest(), batch.clone());
+        let latest = match batch.shared.version {
+            Some(_) => self.latest(),
+            None => self.inner.refreshed().await,
+        };
+        let run = engine.scanner.run_explicit(latest, batch.clone());
         until_cancelled(batch.cancel.as_ref(), run).await
     }
 
@@ -265,7 +296,7 @@ impl DatasetHandle {
     /// compaction that fails is logged and leaves the append committed.
     pub async fn append(&self, batches: Vec<RecordBatch>) -> Result<Commit> {
         self.write(move |ds| {
-            let mut commit = ds.append(batches)?;
+            let mut commit = ds.append(batches.clone())?;
             let after = ds.config().ingest.compact_after_fragments;
             if after > 0 && ds.compactable_tail().len() >= after {
                 match ds.compact() {
@@ -297,7 +328,7 @@ impl DatasetHandle {
     /// [`Dataset::create_index`]).
     pub async fn create_index(&self, column: Option<&str>, params: IndexParams) -> Result<Commit> {
         let column = column.map(str::to_string);
-        self.write(move |ds| ds.create_index(column.as_deref(), params))
+        self.write(move |ds| ds.create_index(column.as_deref(), params.clone()))
             .await
     }
 
@@ -318,9 +349,14 @@ impl DatasetHandle {
     /// set, removes the versions it no longer keeps (a failure there is
     /// logged: the write stands). The write runs to the end even if
     /// the caller stops waiting, and the handle still learns its version.
+    ///
+    /// Another process may commit first (a replica on the same storage):
+    /// the write then conflicts, and is done again on the newest version,
+    /// up to [`WRITE_TRIES`] times, before `CommitConflict` is answered.
+    /// A write that conflicted committed nothing.
     async fn write<T, F>(&self, change: F) -> Result<T>
     where
-        F: FnOnce(&mut Dataset) -> Result<T> + Send + 'static,
+        F: Fn(&mut Dataset) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
         self.inner.engine.check_open()?;
@@ -329,12 +365,28 @@ impl DatasetHandle {
         let progress = self.progress.clone();
         on_blocking_thread(move || {
             let _turn = turn;
-            let latest = inner.latest();
-            let mut dataset = match progress {
-                Some(p) => latest.with_progress(p),
-                None => latest,
+            let mut tries = 0;
+            let (out, dataset) = loop {
+                let latest = inner.latest();
+                let mut dataset = match &progress {
+                    Some(p) => latest.with_progress(p.clone()),
+                    None => latest,
+                };
+                match change(&mut dataset) {
+                    Ok(out) => break (out, dataset),
+                    Err(Error::CommitConflict { .. }) if tries + 1 < WRITE_TRIES => {
+                        tries += 1;
+                        // Back off a little (jittered), then start again
+                        // from the newest version.
+                        let pause = 2u64 << tries.min(6);
+                        std::thread::sleep(Duration::from_millis(
+                            pause + rand::random::<u64>() % pause,
+                        ));
+                        inner.publish(dataset.checkout_latest()?);
+                    }
+                    Err(e) => return Err(e),
+                }
             };
-            let out = change(&mut dataset)?;
             let retention = dataset.config().retention.clone();
             let latest = dataset.without_progress();
             inner.publish(latest.clone());
@@ -349,6 +401,10 @@ impl DatasetHandle {
         .await
     }
 }
+
+/// How many times a write is tried when other processes keep committing
+/// first.
+pub const WRITE_TRIES: usize = 8;
 
 /// Runs `work` unless `token` is cancelled first (then fails with
 /// [`Error::Cancelled`] and drops `work`, which cancels it). The token has

@@ -39,10 +39,16 @@ impl FileChecksum {
     /// Reads `path` through in 1 MiB pieces (never the whole file in
     /// memory) and checks it against this checksum.
     pub fn check_file(&self, path: &Path) -> Result<()> {
-        let mut file = std::fs::File::open(path).map_err(|e| match e.kind() {
+        let file = std::fs::File::open(path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::corrupt(path, "file is missing"),
             _ => Error::io(path, e),
         })?;
+        self.check_open_file(path, file)
+    }
+
+    /// [`FileChecksum::check_file`] on a file already open (read from its
+    /// current position, which should be its start).
+    pub fn check_open_file(&self, path: &Path, mut file: std::fs::File) -> Result<()> {
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if len != self.bytes {
             return Err(Error::corrupt(

@@ -8,8 +8,8 @@
 use crate::error::{Error, Result};
 use crate::storage::checksum::FileChecksum;
 use crate::storage::manifest::{write_synced, FragmentMeta};
+use crate::storage::root::DatasetRoot;
 use roaring::RoaringBitmap;
-use std::path::Path;
 
 /// Directory of deletion files inside a dataset.
 pub const DELETIONS_DIR: &str = "deletions";
@@ -17,12 +17,18 @@ pub const DELETIONS_DIR: &str = "deletions";
 /// Reads the deletion bitmap `file` of the fragment `meta`, checked against
 /// the manifest: its checksum (when recorded), its count of deleted rows,
 /// and every deleted offset inside the fragment.
-pub fn read_deletions(root: &Path, file: &str, meta: &FragmentMeta) -> Result<RoaringBitmap> {
+pub fn read_deletions(
+    root: &DatasetRoot,
+    file: &str,
+    meta: &FragmentMeta,
+) -> Result<RoaringBitmap> {
     let path = root.join(DELETIONS_DIR).join(file);
-    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::corrupt(&path, "deletion file is missing"),
-        _ => Error::io(&path, e),
-    })?;
+    let bytes = root
+        .read(&format!("{DELETIONS_DIR}/{file}"))?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::corrupt(&path, "deletion file is missing"),
+            _ => Error::io(&path, e),
+        })?;
     if let Some(checksum) = &meta.deletion_checksum {
         checksum.check_bytes(&path, &bytes)?;
     }
@@ -53,7 +59,7 @@ pub fn read_deletions(root: &Path, file: &str, meta: &FragmentMeta) -> Result<Ro
 /// Writes a deletion bitmap for `fragment_id` at `version`; returns its file
 /// name and checksum.
 pub fn write_deletions(
-    root: &Path,
+    root: &DatasetRoot,
     fragment_id: u32,
     version: u64,
     bitmap: &RoaringBitmap,
@@ -64,5 +70,6 @@ pub fn write_deletions(
         .serialize_into(&mut bytes)
         .map_err(|e| Error::Internal(format!("serialising deletions: {e}")))?;
     write_synced(&root.join(DELETIONS_DIR).join(&file), &bytes)?;
+    root.wrote(&format!("{DELETIONS_DIR}/{file}"));
     Ok((file, FileChecksum::of(&bytes)))
 }

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::kernel::VectorBlocks;
 use crate::storage::checksum::{ChecksumWriter, FileChecksum};
 use crate::storage::manifest::FragmentMeta;
+use crate::storage::root::DatasetRoot;
 use crate::storage::schema::{ColumnType, Schema, ID_COLUMN};
 use arrow_array::{make_array, Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
 use arrow_data::transform::MutableArrayData;
@@ -38,13 +39,14 @@ pub struct FragmentWriter {
     id: u32,
     file: String,
     path: PathBuf,
+    root: DatasetRoot,
     writer: FileWriter<BufWriter<ChecksumWriter<File>>>,
     rows: u64,
 }
 
 impl FragmentWriter {
     /// Creates `data/<id>-<nonce>.arrow` for rows of `schema`.
-    pub fn create(root: &Path, id: u32, schema: &Schema) -> Result<Self> {
+    pub fn create(root: &DatasetRoot, id: u32, schema: &Schema) -> Result<Self> {
         let file = format!("{id}-{:016x}.arrow", rand::random::<u64>());
         let path = root.join(DATA_DIR).join(&file);
         let f = std::fs::OpenOptions::new()
@@ -60,6 +62,7 @@ impl FragmentWriter {
             id,
             file,
             path,
+            root: root.clone(),
             writer,
             rows: 0,
         })
@@ -86,6 +89,7 @@ impl FragmentWriter {
             .map_err(|e| Error::io(&self.path, e.into_error()))?
             .finish();
         file.sync_all().map_err(|e| Error::io(&self.path, e))?;
+        self.root.wrote(&format!("{DATA_DIR}/{}", self.file));
         Ok(FragmentMeta {
             id: self.id,
             file: self.file,
@@ -173,7 +177,12 @@ impl ColumnCache {
 
     /// Checks the fragment file `path` against `checksum` unless this
     /// session already did: before any of its bytes is decoded.
-    fn verify_once(&self, path: &Arc<Path>, checksum: Option<&FileChecksum>) -> Result<()> {
+    fn verify_once(
+        &self,
+        path: &Arc<Path>,
+        checksum: Option<&FileChecksum>,
+        open: impl FnOnce() -> Result<File>,
+    ) -> Result<()> {
         let Some(checksum) = checksum else {
             return Ok(()); // a fragment written before format 2
         };
@@ -181,7 +190,7 @@ impl ColumnCache {
         if done(&self.verified.lock().unwrap_or_else(|p| p.into_inner())) {
             return Ok(());
         }
-        checksum.check_file(path)?;
+        checksum.check_open_file(path, open()?)?;
         self.verified
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -205,6 +214,10 @@ pub struct FragmentView {
     /// Deleted offsets in this version, if any.
     pub deleted: Option<Arc<RoaringBitmap>>,
     path: Arc<Path>,
+    /// The dataset's location and the file's path inside it (a remote
+    /// dataset downloads the file when it is first read).
+    root: DatasetRoot,
+    rel: Arc<str>,
     schema: Arc<Schema>,
     columns: Arc<ColumnCache>,
 }
@@ -213,7 +226,7 @@ impl FragmentView {
     /// A view of the fragment `meta` of the dataset at `root`; reads its
     /// deletion bitmap (through the cache), not its columns.
     pub fn open(
-        root: &Path,
+        root: &DatasetRoot,
         meta: &FragmentMeta,
         schema: Arc<Schema>,
         columns: Arc<ColumnCache>,
@@ -241,6 +254,8 @@ impl FragmentView {
             meta: meta.clone(),
             deleted,
             path: Arc::from(root.join(DATA_DIR).join(&meta.file).as_path()),
+            root: root.clone(),
+            rel: Arc::from(format!("{DATA_DIR}/{}", meta.file)),
             schema,
             columns,
         })
@@ -249,6 +264,21 @@ impl FragmentView {
     /// The fragment file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Opens the fragment file for reading (downloading it first when the
+    /// dataset is on object storage).
+    fn open_file(&self) -> Result<File> {
+        self.root.open(&self.rel)?.map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::corrupt(&*self.path, "fragment file is missing"),
+            _ => Error::io(&*self.path, e),
+        })
+    }
+
+    /// Checks the file's checksum unless this session already did.
+    fn verify(&self) -> Result<()> {
+        self.columns
+            .verify_once(&self.path, self.meta.checksum.as_ref(), || self.open_file())
     }
 
     /// Rows in the fragment (deleted ones included).
@@ -272,8 +302,7 @@ impl FragmentView {
         name: &str,
         mut f: impl FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<()> {
-        self.columns
-            .verify_once(&self.path, self.meta.checksum.as_ref())?;
+        self.verify()?;
         let path = &*self.path;
         let (index, dim) = self
             .schema
@@ -285,7 +314,7 @@ impl FragmentView {
                 _ => None,
             })
             .ok_or_else(|| Error::Internal(format!("'{name}' is not a vector column")))?;
-        let reader = open_projected(path, &self.schema, &[index])?;
+        let reader = open_projected(path, self.open_file()?, &self.schema, &[index])?;
         let mut offset = 0usize;
         for batch in reader {
             let batch = batch.map_err(|e| Error::corrupt(path, e.to_string()))?;
@@ -334,10 +363,9 @@ impl FragmentView {
     /// and row order: what compaction rewrites. Read from the file, not
     /// through the column cache.
     pub fn visible_batches(&self) -> Result<Vec<RecordBatch>> {
-        self.columns
-            .verify_once(&self.path, self.meta.checksum.as_ref())?;
+        self.verify()?;
         let all: Vec<usize> = (0..self.schema.columns.len()).collect();
-        let reader = open_projected(&self.path, &self.schema, &all)?;
+        let reader = open_projected(&self.path, self.open_file()?, &self.schema, &all)?;
         let mut out = Vec::new();
         let mut offset = 0u32;
         for batch in reader {
@@ -384,9 +412,14 @@ impl FragmentView {
             }
         }
         if !missing.is_empty() {
-            self.columns
-                .verify_once(&self.path, self.meta.checksum.as_ref())?;
-            let loaded = read_columns(&self.path, &self.meta, &self.schema, &missing)?;
+            self.verify()?;
+            let loaded = read_columns(
+                &self.path,
+                self.open_file()?,
+                &self.meta,
+                &self.schema,
+                &missing,
+            )?;
             self.columns
                 .loads
                 .fetch_add(missing.len() as u64, Ordering::Relaxed);
@@ -412,6 +445,7 @@ impl FragmentView {
 /// manifest and schema. Only the named columns are decoded and kept.
 pub fn read_columns(
     path: &Path,
+    file: File,
     meta: &FragmentMeta,
     schema: &Schema,
     names: &[&str],
@@ -426,7 +460,7 @@ pub fn read_columns(
             .ok_or_else(|| Error::Internal(format!("no column '{name}' in the schema")))?;
         projection.push(i);
     }
-    let reader = open_projected(path, schema, &projection)?;
+    let reader = open_projected(path, file, schema, &projection)?;
     let mut vectors: Vec<Option<VectorBlocks>> = projection
         .iter()
         .map(|&i| match schema.columns[i].ty {
@@ -477,13 +511,10 @@ pub fn read_columns(
 /// positions), checking that they have the manifest's types.
 fn open_projected(
     path: &Path,
+    file: File,
     schema: &Schema,
     projection: &[usize],
 ) -> Result<FileReader<std::io::BufReader<File>>> {
-    let file = File::open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::corrupt(path, "fragment file is missing"),
-        _ => Error::io(path, e),
-    })?;
     let reader = FileReader::try_new(std::io::BufReader::new(file), Some(projection.to_vec()))
         .map_err(|e| Error::corrupt(path, e.to_string()))?;
     if reader.schema().fields() != schema.arrow_schema().project(projection)?.fields() {

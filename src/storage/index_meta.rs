@@ -5,6 +5,9 @@
 use crate::kernel::Metric;
 use serde::{Deserialize, Serialize};
 
+/// Directory of index segments inside a dataset (one subdirectory each).
+pub const INDICES_DIR: &str = "indices";
+
 /// The type of an IVF index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -6,9 +6,14 @@
 //! two writers racing for the same version exactly one wins and the other
 //! gets [`Error::CommitConflict`]. A crash before the link leaves only a temp
 //! file, which readers ignore: the previous version stays the latest.
+//!
+//! On object storage the same rule holds through a conditional put
+//! (`PutMode::Create`) of the manifest, after the files it names are
+//! uploaded: a manifest is never visible before its files.
 
 use crate::error::{Error, Result};
 use crate::storage::checksum::FileChecksum;
+use crate::storage::root::DatasetRoot;
 use crate::storage::schema::Schema;
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -109,13 +114,40 @@ fn manifest_name(version: u64) -> String {
     format!("{version:020}{SUFFIX}")
 }
 
+/// The manifest of `version`, relative to the dataset.
+pub fn manifest_rel(version: u64) -> String {
+    format!("{VERSIONS_DIR}/{}", manifest_name(version))
+}
+
 /// Path of the manifest of `version`.
 pub fn manifest_path(root: &Path, version: u64) -> PathBuf {
     root.join(VERSIONS_DIR).join(manifest_name(version))
 }
 
-/// All committed version numbers, ascending.
-pub fn list_versions(root: &Path) -> Result<Vec<u64>> {
+/// All committed version numbers, ascending. On object storage the
+/// listing may be up to `storage.refresh_ms` old.
+pub fn list_versions(root: &DatasetRoot) -> Result<Vec<u64>> {
+    list_versions_as_of(root, false)
+}
+
+/// All committed version numbers, ascending, listed now (`fresh`) or
+/// possibly `storage.refresh_ms` old.
+pub fn list_versions_as_of(root: &DatasetRoot, fresh: bool) -> Result<Vec<u64>> {
+    let versions = match root.remote_side() {
+        Some(remote) => remote.versions(VERSIONS_DIR, SUFFIX, fresh)?,
+        None => list_local_versions(root)?,
+    };
+    if versions.is_empty() {
+        return Err(match root.remote_side() {
+            // Nothing under the prefix: no dataset there.
+            Some(_) => Error::DatasetNotFound(PathBuf::from(root.uri())),
+            None => Error::NotADataset(root.to_path_buf()),
+        });
+    }
+    Ok(versions)
+}
+
+fn list_local_versions(root: &Path) -> Result<Vec<u64>> {
     if !root.exists() {
         return Err(Error::DatasetNotFound(root.to_path_buf()));
     }
@@ -140,26 +172,27 @@ pub fn list_versions(root: &Path) -> Result<Vec<u64>> {
             }
         }
     }
-    if versions.is_empty() {
-        return Err(Error::NotADataset(root.to_path_buf()));
-    }
     versions.sort_unstable();
     Ok(versions)
 }
 
 /// Reads the manifest of `version`.
-pub fn read_manifest(root: &Path, version: u64) -> Result<Manifest> {
+pub fn read_manifest(root: &DatasetRoot, version: u64) -> Result<Manifest> {
     let path = manifest_path(root, version);
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let latest = list_versions(root)?.last().copied().unwrap_or(0);
-            return Err(Error::VersionNotFound {
-                requested: version,
-                latest,
-            });
-        }
-        Err(e) => return Err(Error::io(&path, e)),
+    let found = match root.remote_side() {
+        Some(remote) => remote.get(&manifest_rel(version))?,
+        None => match fs::read(&path) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(&path, e)),
+        },
+    };
+    let Some(bytes) = found else {
+        let latest = list_versions(root)?.last().copied().unwrap_or(0);
+        return Err(Error::VersionNotFound {
+            requested: version,
+            latest,
+        });
     };
     let manifest: Manifest =
         serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e.to_string()))?;
@@ -242,11 +275,14 @@ fn check_names_and_counts(manifest: &Manifest) -> std::result::Result<(), String
 /// checksum. Fails with `CommitConflict` when that version already exists,
 /// or when a newer one does (the writer started from an old version);
 /// never overwrites.
-pub fn commit_manifest(root: &Path, manifest: &Manifest) -> Result<()> {
+pub fn commit_manifest(root: &DatasetRoot, manifest: &Manifest) -> Result<()> {
     let mut manifest = manifest.clone();
     manifest.format = FORMAT_VERSION;
     manifest.crc32 = Some(manifest_crc32(&manifest)?);
     let manifest = &manifest;
+    if let Some(remote) = root.remote_side() {
+        return commit_remote(root, remote, manifest);
+    }
     let dir = root.join(VERSIONS_DIR);
     let final_path = manifest_path(root, manifest.version);
     let tmp_path = dir.join(format!(
@@ -262,7 +298,7 @@ pub fn commit_manifest(root: &Path, manifest: &Manifest) -> Result<()> {
     // on an old version could link it: a commit must be newer than every
     // version there is (cleanup never removes the newest, so a newer one
     // is still listed), or it conflicts. Equal numbers are the link's job.
-    let newest = match list_versions(root) {
+    let newest = match list_versions_as_of(root, true) {
         Ok(versions) => versions.last().copied(),
         Err(Error::NotADataset(_)) => None, // the first commit, by create
         Err(e) => {
@@ -288,6 +324,51 @@ pub fn commit_manifest(root: &Path, manifest: &Manifest) -> Result<()> {
         Err(e) => return Err(Error::io(&final_path, e)),
     }
     sync_dir(&dir)
+}
+
+/// [`commit_manifest`] on object storage: uploads the files the manifest
+/// names that this process wrote, checks that no newer version exists,
+/// then puts the manifest if its name is free.
+fn commit_remote(
+    root: &DatasetRoot,
+    remote: &crate::storage::remote::Remote,
+    manifest: &Manifest,
+) -> Result<()> {
+    let mut named: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for f in &manifest.fragments {
+        named.insert(format!("{}/{}", crate::storage::fragment::DATA_DIR, f.file));
+        if let Some(d) = &f.deletion_file {
+            named.insert(format!("{}/{d}", crate::storage::deletions::DELETIONS_DIR));
+        }
+    }
+    let segments: Vec<String> = manifest
+        .indices
+        .iter()
+        .map(|s| format!("{}/{}/", crate::storage::index_meta::INDICES_DIR, s.id))
+        .collect();
+    remote
+        .upload_written(|rel| named.contains(rel) || segments.iter().any(|s| rel.starts_with(s)))?;
+    let newest = match list_versions_as_of(root, true) {
+        Ok(versions) => versions.last().copied(),
+        Err(Error::DatasetNotFound(_)) => None, // the first commit, by create
+        Err(e) => return Err(e),
+    };
+    if newest.is_some_and(|v| v > manifest.version) {
+        return Err(Error::CommitConflict {
+            version: manifest.version,
+        });
+    }
+    let json = serde_json::to_vec_pretty(manifest)
+        .map_err(|e| Error::Internal(format!("manifest serialisation: {e}")))?;
+    let created = remote.put_if_absent(&manifest_rel(manifest.version), json)?;
+    remote.forget_versions();
+    if created {
+        Ok(())
+    } else {
+        Err(Error::CommitConflict {
+            version: manifest.version,
+        })
+    }
 }
 
 /// Writes `bytes` to a new file and fsyncs it.

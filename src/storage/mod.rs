@@ -1,5 +1,6 @@
-//! On-disk datasets: versioned manifests, Arrow fragments, deletion bitmaps
-//! and ingest from common vector file formats.
+//! Datasets' files: versioned manifests, Arrow fragments, deletion bitmaps,
+//! ingest from common vector file formats, and where the files live (a
+//! local directory or object storage).
 
 pub(crate) mod checksum;
 pub(crate) mod conform;
@@ -8,8 +9,12 @@ pub(crate) mod fragment;
 pub(crate) mod index_meta;
 pub mod input;
 pub(crate) mod manifest;
+pub(crate) mod remote;
+pub(crate) mod root;
 pub(crate) mod schema;
 
 pub use fragment::{ColumnCache, FragmentView};
 pub use manifest::{FragmentMeta, Manifest};
+pub use remote::{DiskCache, Remote};
+pub use root::DatasetRoot;
 pub use schema::{Column, ColumnType, Schema, ID_COLUMN};

@@ -220,7 +220,7 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
             .unwrap();
         let fragments = ds.fragments().unwrap();
         let (meta, _) = build_segment(
-            ds.root(),
+            &shoal::internals::DatasetRoot::local(ds.root()),
             "emb",
             16,
             Metric::L2,
@@ -230,7 +230,10 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
             &mut |_: &str, _: usize, _: usize| {},
         )
         .unwrap();
-        let fresh = Arc::new(LoadedSegment::open(ds.root(), &meta, 16).unwrap());
+        let fresh = Arc::new(
+            LoadedSegment::open(&shoal::internals::DatasetRoot::local(ds.root()), &meta, 16)
+                .unwrap(),
+        );
         let view = IndexView {
             fragments: &fragments,
             indexed: true,

@@ -13,6 +13,7 @@ mod http;
 mod ingest;
 mod ivf;
 mod mixed;
+mod object_storage;
 mod real_data;
 mod retention;
 mod session;

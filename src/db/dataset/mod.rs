@@ -25,12 +25,13 @@ use crate::progress::Progress;
 use crate::query::ScalarValue;
 use crate::storage::deletions::DELETIONS_DIR;
 use crate::storage::fragment::DATA_DIR;
+use crate::storage::manifest::list_versions_as_of;
 use crate::storage::manifest::{
     commit_manifest, list_versions, now_ms, read_manifest, sync_dir, Manifest, FORMAT_VERSION,
     VERSIONS_DIR,
 };
 use crate::storage::schema::Schema;
-use crate::storage::FragmentView;
+use crate::storage::{DatasetRoot, FragmentView};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,7 +39,7 @@ use std::sync::Arc;
 /// A handle on one version of a dataset directory.
 #[derive(Clone, Debug)]
 pub struct Dataset {
-    root: PathBuf,
+    root: DatasetRoot,
     manifest: Arc<Manifest>,
     schema: Arc<Schema>,
     session: Session,
@@ -118,9 +119,13 @@ impl Dataset {
         schema: Schema,
     ) -> Result<Dataset> {
         let config = session.config();
-        let root = root.as_ref().to_path_buf();
-        if root.join(VERSIONS_DIR).exists() {
-            return Err(Error::DatasetExists(root));
+        let root = session.locate(root.as_ref())?;
+        if root.remote_side().is_some() {
+            if list_versions_as_of(&root, true).is_ok() {
+                return Err(Error::DatasetExists(PathBuf::from(root.uri())));
+            }
+        } else if root.join(VERSIONS_DIR).exists() {
+            return Err(Error::DatasetExists(root.to_path_buf()));
         }
         for col in &schema.columns {
             if let crate::storage::ColumnType::Vector { dim, .. } = col.ty {
@@ -152,13 +157,13 @@ impl Dataset {
         Ok(Dataset::from_manifest(root, manifest, session.clone()))
     }
 
-    fn from_manifest(root: PathBuf, manifest: Manifest, session: Session) -> Dataset {
+    fn from_manifest(root: DatasetRoot, manifest: Manifest, session: Session) -> Dataset {
         let pin = retention::VersionPin::new(&root, manifest.version);
         Dataset::pinned(root, manifest, session, pin)
     }
 
     fn pinned(
-        root: PathBuf,
+        root: DatasetRoot,
         manifest: Manifest,
         session: Session,
         pin: Arc<retention::VersionPin>,
@@ -194,7 +199,9 @@ impl Dataset {
         }
     }
 
-    /// Is there a dataset (a `_versions/` directory) at `root`?
+    /// Is there a dataset (a `_versions/` directory) in the local
+    /// directory `root`? (For any location, URLs included, see
+    /// [`Session::exists`].)
     pub fn exists(root: impl AsRef<Path>) -> bool {
         root.as_ref().join(VERSIONS_DIR).is_dir()
     }
@@ -213,9 +220,9 @@ impl Dataset {
 
     /// Opens the latest version in `session` (see [`Session::open`]).
     pub(crate) fn open_in(session: &Session, root: impl AsRef<Path>) -> Result<Dataset> {
-        let root = root.as_ref().to_path_buf();
-        if !root.exists() {
-            return Err(Error::DatasetNotFound(root));
+        let root = session.locate(root.as_ref())?;
+        if root.remote_side().is_none() && !root.exists() {
+            return Err(Error::DatasetNotFound(root.to_path_buf()));
         }
         // The version is pinned before its manifest is read, so that a
         // cleanup either keeps it or has removed it (then a newer one is
@@ -224,7 +231,7 @@ impl Dataset {
         loop {
             let latest = *list_versions(&root)?
                 .last()
-                .ok_or_else(|| Error::NotADataset(root.clone()))?;
+                .ok_or_else(|| Error::NotADataset(root.to_path_buf()))?;
             let pin = retention::VersionPin::new(&root, latest);
             match read_manifest(&root, latest) {
                 Ok(manifest) => {
@@ -249,17 +256,25 @@ impl Dataset {
         Ok(self.with_pinned_manifest(manifest, pin))
     }
 
-    /// A handle on the newest committed version.
+    /// A handle on the newest committed version (on object storage, or
+    /// with other processes writing, as listed at most
+    /// `storage.refresh_ms` ago).
     pub fn checkout_latest(&self) -> Result<Dataset> {
         let latest = *list_versions(&self.root)?
             .last()
-            .ok_or_else(|| Error::NotADataset(self.root.clone()))?;
+            .ok_or_else(|| Error::NotADataset(self.root.to_path_buf()))?;
         self.checkout(latest)
     }
 
-    /// The dataset directory.
+    /// The dataset's local directory (for a dataset on object storage,
+    /// its local mirror in the disk cache).
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Where the dataset is: its URL, or its directory.
+    pub fn uri(&self) -> String {
+        self.root.uri()
     }
 
     /// The version this handle sees.

@@ -15,7 +15,10 @@ use crate::error::{Error, Result};
 use crate::index::ivf::INDICES_DIR;
 use crate::storage::deletions::DELETIONS_DIR;
 use crate::storage::fragment::DATA_DIR;
-use crate::storage::manifest::{list_versions, manifest_path, now_ms, read_manifest, Manifest};
+use crate::storage::manifest::{
+    list_versions, manifest_path, manifest_rel, now_ms, read_manifest, Manifest,
+};
+use crate::storage::DatasetRoot;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -74,17 +77,18 @@ impl Drop for VersionPin {
     }
 }
 
-/// The files a version names, by path under the dataset root.
-fn files_of(root: &Path, m: &Manifest) -> BTreeSet<PathBuf> {
+/// The files a version names (index segments as their directories), by
+/// path inside the dataset.
+fn files_of(m: &Manifest) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for f in &m.fragments {
-        out.insert(root.join(DATA_DIR).join(&f.file));
+        out.insert(format!("{DATA_DIR}/{}", f.file));
         if let Some(d) = &f.deletion_file {
-            out.insert(root.join(DELETIONS_DIR).join(d));
+            out.insert(format!("{DELETIONS_DIR}/{d}"));
         }
     }
     for s in &m.indices {
-        out.insert(root.join(INDICES_DIR).join(&s.id));
+        out.insert(format!("{INDICES_DIR}/{}", s.id));
     }
     out
 }
@@ -96,6 +100,60 @@ fn size_of(path: &Path) -> u64 {
             .unwrap_or(0)
     } else {
         std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+/// Removes the file or segment directory `rel`; its bytes, or `None` when
+/// it was gone already.
+fn remove(root: &DatasetRoot, rel: &str) -> Result<Option<u64>> {
+    if let Some(remote) = root.remote_side() {
+        // A segment is a folder of objects; any other file one object.
+        let objects = if rel.starts_with(INDICES_DIR) {
+            remote.list(rel)?
+        } else {
+            remote
+                .size(rel)?
+                .map(|b| (rel.to_string(), b))
+                .into_iter()
+                .collect()
+        };
+        if objects.is_empty() {
+            return Ok(None);
+        }
+        let mut bytes = 0;
+        for (object, size) in objects {
+            remote.delete(&object)?;
+            bytes += size;
+        }
+        let _ = std::fs::remove_dir_all(root.path_of(rel));
+        return Ok(Some(bytes));
+    }
+    let path = root.path_of(rel);
+    let bytes = size_of(&path);
+    let gone = if path.is_dir() {
+        std::fs::remove_dir_all(&path)
+    } else {
+        std::fs::remove_file(&path)
+    };
+    match gone {
+        Ok(()) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// Removes the manifest of `version`; false when it was gone already.
+fn remove_manifest(root: &DatasetRoot, version: u64) -> Result<bool> {
+    if let Some(remote) = root.remote_side() {
+        remote.delete(&manifest_rel(version))?;
+        remote.forget_versions();
+        return Ok(true);
+    }
+    let path = manifest_path(root, version);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(&path, e)),
     }
 }
 
@@ -140,7 +198,7 @@ impl Dataset {
             let young = replaced_at > young_after;
             replaced_at = manifest.timestamp_ms;
             if newest.contains(&v) || pinned.contains(&v) || young {
-                kept_files.extend(files_of(&self.root, &manifest));
+                kept_files.extend(files_of(&manifest));
             } else {
                 removed.push((v, manifest));
             }
@@ -149,31 +207,19 @@ impl Dataset {
         let mut doomed = BTreeSet::new();
         removed.sort_by_key(|(v, _)| *v);
         for (v, manifest) in &removed {
-            let path = manifest_path(&self.root, *v);
-            match std::fs::remove_file(&path) {
-                Ok(()) => report.versions_removed.push(*v),
-                // Removed by a concurrent cleanup.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(&path, e)),
+            // A manifest already gone was removed by a concurrent cleanup.
+            if remove_manifest(&self.root, *v)? {
+                report.versions_removed.push(*v);
             }
-            doomed.extend(files_of(&self.root, manifest));
+            doomed.extend(files_of(manifest));
         }
         drop(pins);
-        for path in doomed.difference(&kept_files) {
-            let bytes = size_of(path);
-            let gone = if path.is_dir() {
-                std::fs::remove_dir_all(path)
-            } else {
-                std::fs::remove_file(path)
-            };
-            match gone {
-                Ok(()) => {
-                    report.files_removed += 1;
-                    report.bytes_removed += bytes;
-                }
-                // Removed by an earlier, interrupted cleanup.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(path, e)),
+        for rel in doomed.difference(&kept_files) {
+            // A file already gone was removed by an earlier, interrupted
+            // cleanup.
+            if let Some(bytes) = remove(&self.root, rel)? {
+                report.files_removed += 1;
+                report.bytes_removed += bytes;
             }
         }
         Ok(report)

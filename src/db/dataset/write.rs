@@ -57,7 +57,7 @@ impl IntoRecordBatch for Result<RecordBatch> {
 /// takes) to the next version's manifest: what append and compaction
 /// write with.
 struct FragmentFiller<'a> {
-    root: &'a std::path::Path,
+    root: &'a crate::storage::DatasetRoot,
     per_fragment: u64,
     writer: Option<FragmentWriter>,
 }

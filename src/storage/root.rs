@@ -1,0 +1,113 @@
+//! Where a dataset's files are: a local directory, or a URL on object
+//! storage read through a local mirror (see [`crate::storage::remote`]).
+//!
+//! A [`DatasetRoot`] dereferences to the local directory (the dataset
+//! itself, or the mirror), so code that names files keeps joining paths;
+//! code that *reads* a file asks the root to [`open`](DatasetRoot::open)
+//! or [`read`](DatasetRoot::read) it (which downloads it first when the
+//! dataset is remote), and code that writes one tells the root it
+//! [`wrote`](DatasetRoot::wrote) it (so the commit uploads it).
+
+use crate::error::{Error, Result};
+use crate::storage::remote::Remote;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A dataset's location: its local directory and, for a dataset on
+/// object storage, the remote it mirrors.
+#[derive(Clone, Debug)]
+pub struct DatasetRoot {
+    local: PathBuf,
+    remote: Option<Arc<Remote>>,
+}
+
+impl std::ops::Deref for DatasetRoot {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.local
+    }
+}
+
+impl AsRef<Path> for DatasetRoot {
+    fn as_ref(&self) -> &Path {
+        &self.local
+    }
+}
+
+impl DatasetRoot {
+    /// A dataset in the local directory `dir`.
+    pub fn local(dir: impl Into<PathBuf>) -> DatasetRoot {
+        DatasetRoot {
+            local: dir.into(),
+            remote: None,
+        }
+    }
+
+    /// A dataset on object storage, mirrored locally.
+    pub fn remote(remote: Arc<Remote>) -> DatasetRoot {
+        DatasetRoot {
+            local: remote.mirror().to_path_buf(),
+            remote: Some(remote),
+        }
+    }
+
+    /// The object-storage side, when the dataset is remote.
+    pub fn remote_side(&self) -> Option<&Arc<Remote>> {
+        self.remote.as_ref()
+    }
+
+    /// The dataset's URL (remote) or directory (local), for messages.
+    pub fn uri(&self) -> String {
+        match &self.remote {
+            Some(r) => r.url().to_string(),
+            None => self.local.display().to_string(),
+        }
+    }
+
+    /// The local path of `rel` (a path inside the dataset, `/`-separated).
+    pub fn path_of(&self, rel: &str) -> PathBuf {
+        self.local.join(rel)
+    }
+
+    /// Opens `rel` for reading, downloading it first when the dataset is
+    /// remote. A missing file is `NotFound` (the caller words it).
+    pub fn open(&self, rel: &str) -> Result<std::io::Result<std::fs::File>> {
+        let path = self.local.join(rel);
+        let Some(remote) = &self.remote else {
+            return Ok(std::fs::File::open(path));
+        };
+        // The disk cache may evict the copy between its download and the
+        // open (another thread's download made room): fetch once more.
+        for _ in 0..3 {
+            match remote.fetch(rel)? {
+                None => return Ok(Err(std::io::ErrorKind::NotFound.into())),
+                Some(local) => match std::fs::File::open(&local) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    other => return Ok(other),
+                },
+            }
+        }
+        Err(Error::Internal(format!(
+            "{}/{rel} was evicted from the disk cache three times while being opened; \
+             raise cache.disk_bytes",
+            remote.url()
+        )))
+    }
+
+    /// Reads `rel` whole (see [`DatasetRoot::open`]).
+    pub fn read(&self, rel: &str) -> Result<std::io::Result<Vec<u8>>> {
+        Ok(self.open(rel)?.and_then(|mut f| {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut bytes).map(|_| bytes)
+        }))
+    }
+
+    /// Records that `rel` was written (finished and synced) locally: a
+    /// remote dataset uploads it with the commit that names it.
+    pub fn wrote(&self, rel: &str) {
+        if let Some(remote) = &self.remote {
+            remote.wrote(rel);
+        }
+    }
+}
