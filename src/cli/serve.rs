@@ -26,7 +26,11 @@ pub fn run_serve(data_dir: &Path, listen: Option<String>, mut config: Config) ->
         std::fs::create_dir_all(data_dir).map_err(|e| Error::io(data_dir, e))?;
     }
     if shoal::internals::dataset_names_in(&session, data_dir)?.is_empty() {
-        build_demo(&session, &data_dir.join("demo"))?;
+        match build_demo(&session, &data_dir.join("demo")) {
+            // A replica started at the same time is building it.
+            Err(Error::DatasetExists(_)) => eprintln!("another process created the demo dataset"),
+            other => other?,
+        }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -7,6 +7,7 @@
 
 use crate::config::Config;
 use crate::db::dataset::{Commit, Dataset};
+use crate::db::session::Session;
 use crate::error::{Error, Result};
 use crate::kernel::Metric;
 use crate::progress::Progress;
@@ -40,8 +41,10 @@ pub fn ingest(
             "a metadata file (IngestOptions::meta) only applies to .fvecs and .npy input".into(),
         ));
     }
-    let existing = if dataset_dir.join(VERSIONS_DIR).exists() {
-        Some(Dataset::open_with_config(dataset_dir, config.clone())?)
+    // A path or an object-storage URL.
+    let session = Session::new(config.clone());
+    let existing = if session.exists(dataset_dir)? {
+        Some(session.open(dataset_dir)?)
     } else {
         None
     };
@@ -74,7 +77,7 @@ pub fn ingest(
         Some(d) => d,
         None => {
             let inferred = infer_schema(&first, opts.metric.unwrap_or(Metric::L2))?;
-            Dataset::create(dataset_dir, inferred, config.clone())?
+            session.create(dataset_dir, inferred)?
         }
     };
     let appended = append_all(&mut dataset, first, &mut reader, &progress);

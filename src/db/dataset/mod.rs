@@ -153,7 +153,13 @@ impl Dataset {
             indices: Vec::new(),
             crc32: None,
         };
-        commit_manifest(&root, &manifest)?;
+        match commit_manifest(&root, &manifest) {
+            // Another process created it between the check and the commit.
+            Err(Error::CommitConflict { .. }) => {
+                return Err(Error::DatasetExists(PathBuf::from(root.uri())))
+            }
+            other => other?,
+        }
         Ok(Dataset::from_manifest(root, manifest, session.clone()))
     }
 
