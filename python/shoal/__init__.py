@@ -33,6 +33,7 @@ from ._shoal import (
     NotFound,
     Overloaded,
     ShoalError,
+    StorageUnavailable,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "Cancelled",
     "DeadlineExceeded",
     "InternalError",
+    "StorageUnavailable",
 ]
 
 Data = Union[pa.Table, pa.RecordBatch, Mapping[str, Any]]

@@ -56,6 +56,12 @@ create_exception!(
 );
 create_exception!(
     _shoal,
+    StorageUnavailable,
+    ShoalError,
+    "Object storage could not be reached or refused the request; nothing changed, retry later."
+);
+create_exception!(
+    _shoal,
     InternalError,
     ShoalError,
     "shoal or its storage failed."
@@ -71,6 +77,7 @@ fn to_py(e: shoal::Error) -> PyErr {
         ErrorKind::Overloaded => Overloaded::new_err(message),
         ErrorKind::Cancelled => Cancelled::new_err(message),
         ErrorKind::DeadlineExceeded => DeadlineExceeded::new_err(message),
+        ErrorKind::Unavailable => StorageUnavailable::new_err(message),
         _ => InternalError::new_err(message),
     }
 }
@@ -889,6 +896,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ("Overloaded", py.get_type::<Overloaded>()),
         ("Cancelled", py.get_type::<Cancelled>()),
         ("DeadlineExceeded", py.get_type::<DeadlineExceeded>()),
+        ("StorageUnavailable", py.get_type::<StorageUnavailable>()),
         ("InternalError", py.get_type::<InternalError>()),
     ] {
         m.add(name, ty)?;

@@ -524,6 +524,11 @@ fn the_second_search_over_the_same_partitions_issues_no_get() {
     assert!(after_first > at_open, "the first search downloads");
     let second = seen(&opened, &search);
     assert_eq!(second, first);
+    eprintln!(
+        "GETs: opening {at_open}, first search {}, second search {}",
+        after_first - at_open,
+        store.gets.load(Ordering::SeqCst) - after_first
+    );
     assert_eq!(
         store.gets.load(Ordering::SeqCst),
         after_first,
