@@ -71,6 +71,7 @@ pub use cancel::CancelToken;
 pub use config::Config;
 pub use db::{
     Cleanup, Commit, Dataset, IntoRecordBatch, RowValues, Session, StagedCommit, VersionInfo,
+    ORPHAN_MIN_AGE,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use exec::{Profile, ScanPool};

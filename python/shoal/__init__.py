@@ -442,7 +442,9 @@ class Engine:
 
 
 def connect(path: Union[str, os.PathLike], config: Any = None) -> Engine:
-    """An engine over the datasets under ``path`` (created if missing).
-    ``config`` is a path to a TOML file or a dict of sections, e.g.
+    """An engine over the datasets under ``path`` (created if missing), a
+    directory or an object-storage URL such as ``s3://bucket/prefix``
+    (credentials from the AWS_* environment variables or the config's
+    ``storage`` section). ``config`` is a path to a TOML file or a dict of sections, e.g.
     ``{"coalescer": {"window_us": 500}}`` (see shoal's config/default.toml)."""
     return Engine(path, config)

@@ -232,3 +232,25 @@ def test_many_small_adds_compact_with_the_same_answers(tmp_path):
     assert [ds.search(q, k=8, exact=True, select=["len"]).to_pydict() for q in queries] == before
     assert ds.compact() == 0
     db.close()
+
+
+def test_an_engine_over_an_object_store_url_answers_like_a_local_one(tmp_path):
+    # memory:// is an in-process object store: the same code path as
+    # s3:// (mirror, uploads, conditional commits) without a server.
+    vectors = make_vectors(5, n=300)
+    data = {"vector": vectors, "tag": np.arange(300) % 5}
+    config = {"cache": {"disk_dir": str(tmp_path / "cache")}}
+    remote = shoal.connect("memory:///py/datasets", config)
+    local = shoal.connect(str(tmp_path / "local"))
+    try:
+        r = remote.create_dataset("docs", data)
+        l = local.create_dataset("docs", data)
+        assert remote.dataset_names() == ["docs"]
+        for i in [0, 42, 299]:
+            q = vectors[i] + 0.5
+            got = r.search(q, k=7, exact=True, filter="tag < 3", select=["tag"])
+            want = l.search(q, k=7, exact=True, filter="tag < 3", select=["tag"])
+            assert got.equals(want)
+    finally:
+        remote.close()
+        local.close()

@@ -95,6 +95,9 @@ pub enum BenchModeArg {
     Batch,
     /// Closed-loop clients against the engine, coalesced vs direct.
     Engine,
+    /// A dataset on object storage (with --latency-ms per request) against
+    /// the same dataset on local disk: cold first pass, warm QPS.
+    Remote,
 }
 
 /// Index-search options shared by `search` and `bench`.
@@ -354,6 +357,9 @@ pub enum Command {
         /// batch, engine: timed passes over the queries.
         #[arg(long, default_value_t = 3)]
         passes: usize,
+        /// remote: wait before every object-store request, ms.
+        #[arg(long, default_value_t = 5)]
+        latency_ms: u64,
         /// engine: closed-loop client counts (implies --mode engine).
         #[arg(long, value_delimiter = ',')]
         concurrency: Vec<usize>,

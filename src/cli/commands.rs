@@ -6,6 +6,7 @@ use super::bench::batch::{run_batch, BatchBenchOptions};
 use super::bench::engine::{run_engine_bench, EngineBenchOptions};
 use super::bench::exact::{run_exact, ExactBenchOptions};
 use super::bench::ivf::{run_ivf, IvfBenchOptions};
+use super::bench::remote::{run_remote, RemoteBenchOptions};
 use super::bench::{write_json, QueryShape};
 use super::print::{committed, info, ingest_bar, progress_printer, write_results};
 use shoal::ingest::{ingest, read_vectors, Format, IngestOptions};
@@ -269,6 +270,7 @@ pub fn run(cli: Cli) -> Result<()> {
             modes,
             cache_bytes,
             passes,
+            latency_ms,
             concurrency,
             window_us,
             plot,
@@ -348,6 +350,29 @@ pub fn run(cli: Cli) -> Result<()> {
                         passes,
                     };
                     let rows = run_batch(&opts, &config)?;
+                    if let Some(p) = json {
+                        write_json(&p, &rows)?;
+                    }
+                    Ok(())
+                }
+                BenchModeArg::Remote => {
+                    let (Some(dataset), Some(queries)) = (dataset, queries) else {
+                        return Err(Error::InvalidArgument(
+                            "--mode remote needs --dataset (a local, indexed dataset) and --queries"
+                                .into(),
+                        ));
+                    };
+                    let (config, shape) = dataset_bench_setup()?;
+                    let opts = RemoteBenchOptions {
+                        dataset,
+                        queries,
+                        k,
+                        shape,
+                        batch_sizes,
+                        passes,
+                        latency: std::time::Duration::from_millis(latency_ms),
+                    };
+                    let rows = run_remote(&opts, &config)?;
                     if let Some(p) = json {
                         write_json(&p, &rows)?;
                     }

@@ -7,6 +7,6 @@ pub mod ingest;
 pub mod session;
 
 pub use dataset::{
-    Cleanup, Commit, Dataset, IntoRecordBatch, RowValues, StagedCommit, VersionInfo,
+    Cleanup, Commit, Dataset, IntoRecordBatch, RowValues, StagedCommit, VersionInfo, ORPHAN_MIN_AGE,
 };
 pub use session::Session;

@@ -416,7 +416,7 @@ pub struct LoadedSegment {
     /// What every partition record of this segment holds.
     record_kind: RecordKind,
     path: PathBuf,
-    file: std::fs::File,
+    file: crate::storage::RangedFile,
 }
 
 impl LoadedSegment {
@@ -498,12 +498,12 @@ impl LoadedSegment {
         }
         let ppath = dir.join("partitions.bin");
         let file = root
-            .open(&rel("partitions.bin"))?
+            .open_ranged(&rel("partitions.bin"))?
             .map_err(|e| missing(&ppath, e))?;
         // Every partition must lie inside the file: a directory entry that
         // points past its end (a hand-edited length of 10^15) is corrupt,
         // never a huge allocation.
-        let file_len = file.metadata().map_err(|e| Error::io(&ppath, e))?.len();
+        let file_len = file.len().map_err(|e| Error::io(&ppath, e))?;
         for (p, entry) in directory.partitions.iter().enumerate() {
             let end = entry.offset.checked_add(entry.len);
             if end.is_none_or(|end| end > file_len) {

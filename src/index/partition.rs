@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::index::sq::ScalarQuantizer;
 use crate::kernel::lookup::CodeColumns;
 use crate::kernel::{fma_dot, CodeBlocks, Lanes, VectorBlocks, BLOCK};
+use crate::storage::RangedFile;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -465,14 +466,14 @@ pub struct ExpectedRecord {
 /// whose header or body fails its CRC, is [`Error::Corrupt`] naming the file.
 pub fn read_partition(
     path: &Path,
-    file: &std::fs::File,
+    file: &RangedFile,
     expected: &ExpectedRecord,
     sq: Option<&Arc<ScalarQuantizer>>,
 ) -> Result<Partition> {
     let partition = expected.partition;
     let corrupt = |m: String| Error::corrupt(path, format!("partition {partition}: {m}"));
     let mut bytes = vec![0u8; expected.len as usize];
-    file.read_exact_at(&mut bytes, expected.offset)
+    file.read_exact_at(&mut bytes, expected.offset)?
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::UnexpectedEof => corrupt("file is truncated".into()),
             _ => Error::io(path, e),

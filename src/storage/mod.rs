@@ -16,5 +16,5 @@ pub(crate) mod schema;
 pub use fragment::{ColumnCache, FragmentView};
 pub use manifest::{FragmentMeta, Manifest};
 pub use remote::{DiskCache, Remote};
-pub use root::DatasetRoot;
+pub use root::{DatasetRoot, RangedFile};
 pub use schema::{Column, ColumnType, Schema, ID_COLUMN};

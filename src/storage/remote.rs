@@ -191,6 +191,17 @@ mod cloud {
     }
 }
 
+/// The size of a mirror file this process has not accounted yet: one an
+/// earlier process downloaded (downloads are renamed into place whole,
+/// and every file is checked against its checksums when read), adopted
+/// instead of downloaded again.
+fn left_by_earlier_process(local: &Path) -> Option<u64> {
+    std::fs::metadata(local)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+}
+
 /// The local disk cache of downloaded files, shared by every remote
 /// dataset of a session: mirror path → size, weighed in KiB, bounded by
 /// `cache.disk_bytes`; an evicted entry's file is deleted.
@@ -354,6 +365,10 @@ impl Remote {
         if self.disk.files.contains_key(&local) && local.exists() {
             return Ok(Some(local));
         }
+        if let Some(bytes) = left_by_earlier_process(&local) {
+            self.disk.files.insert(local.clone(), bytes);
+            return Ok(Some(local));
+        }
         self.disk.files.invalidate(&local);
         let loaded = self
             .disk
@@ -423,6 +438,61 @@ impl Remote {
             (_, Ok(Err(e))) => Err(cleanup(Error::io(&tmp, e))),
             (_, Err(_)) => Err(cleanup(Error::Internal("mirror writer panicked".into()))),
         }
+    }
+
+    /// Bytes `offset..offset + len` of `rel` by one ranged GET, kept in the
+    /// disk cache as their own file (`<rel>.ranges/<offset>-<len>`): a range
+    /// read again comes from local disk.
+    pub fn read_range(&self, rel: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let local = self
+            .mirror
+            .join(format!("{rel}.ranges"))
+            .join(format!("{offset}-{len}"));
+        if !self.disk.files.contains_key(&local) {
+            if let Some(bytes) = left_by_earlier_process(&local) {
+                self.disk.files.insert(local.clone(), bytes);
+            }
+        }
+        for _ in 0..3 {
+            if !(self.disk.files.contains_key(&local) && local.exists()) {
+                self.disk.files.invalidate(&local);
+                self.disk
+                    .files
+                    .try_get_with(local.clone(), || {
+                        self.download_range(rel, offset, len, &local)
+                    })
+                    .map_err(|e| (*e).clone())?;
+            }
+            match std::fs::read(&local) {
+                Ok(bytes) => return Ok(bytes),
+                // Evicted between the download and the read: again.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(&local, e)),
+            }
+        }
+        Err(Error::Internal(format!(
+            "{}/{rel} bytes {offset}..+{len} were evicted from the disk cache three times \
+             while being read; raise cache.disk_bytes",
+            self.url
+        )))
+    }
+
+    /// One ranged GET into a temp file renamed to `local`; its length.
+    fn download_range(&self, rel: &str, offset: u64, len: u64, local: &Path) -> Result<u64> {
+        let (store, path) = (self.store.clone(), self.object(rel));
+        let bytes = block_on(async move { store.get_range(&path, offset..offset + len).await })?
+            .map_err(|e| self.unavailable(rel, e))?;
+        let dir = local.parent().ok_or_else(|| {
+            Error::Internal(format!("mirror path {} has no parent", local.display()))
+        })?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let tmp = dir.join(format!(".part-{:016x}", rand::random::<u64>()));
+        let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, local));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io(local, e));
+        }
+        Ok(bytes.len() as u64)
     }
 
     /// Notes that `rel` was written into the mirror and must be uploaded
@@ -521,8 +591,9 @@ impl Remote {
     }
 
     /// Objects under the folder `rel` (recursively), as paths relative to
-    /// the dataset with their sizes.
-    pub fn list(&self, rel: &str) -> Result<Vec<(String, u64)>> {
+    /// the dataset with their sizes and when they were last modified
+    /// (milliseconds since the Unix epoch).
+    pub fn list(&self, rel: &str) -> Result<Vec<(String, u64, u64)>> {
         let (store, path) = (self.store.clone(), self.object(rel));
         let prefix = self.prefix.clone();
         let listed = block_on(async move {
@@ -534,7 +605,8 @@ impl Remote {
                     Some(parts) => parts.map(|p| p.as_ref().to_string()).collect(),
                     None => continue,
                 };
-                out.push((rel.join("/"), meta.size));
+                let modified = u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0);
+                out.push((rel.join("/"), meta.size, modified));
             }
             Ok::<_, object_store::Error>(out)
         })?;
@@ -585,7 +657,7 @@ impl Remote {
         let mut list: Vec<u64> = self
             .list(dir)?
             .into_iter()
-            .filter_map(|(rel, _)| {
+            .filter_map(|(rel, _, _)| {
                 let name = rel.rsplit('/').next()?;
                 let stem = name.strip_suffix(suffix)?;
                 (stem.len() == 20).then(|| stem.parse().ok())?

@@ -103,11 +103,80 @@ impl DatasetRoot {
         }))
     }
 
+    /// Opens `rel` for reads by byte range: a local file (`pread`), or for
+    /// a remote dataset the object itself, read by ranged GETs (each range
+    /// kept in the disk cache), so that reading one partition of a large
+    /// index file never downloads the rest. A missing file is `NotFound`.
+    pub fn open_ranged(&self, rel: &str) -> Result<std::io::Result<RangedFile>> {
+        match &self.remote {
+            None => Ok(std::fs::File::open(self.local.join(rel)).map(RangedFile::Local)),
+            Some(remote) => Ok(match remote.size(rel)? {
+                Some(len) => Ok(RangedFile::Remote {
+                    remote: remote.clone(),
+                    rel: rel.to_string(),
+                    len,
+                }),
+                None => Err(std::io::ErrorKind::NotFound.into()),
+            }),
+        }
+    }
+
     /// Records that `rel` was written (finished and synced) locally: a
     /// remote dataset uploads it with the commit that names it.
     pub fn wrote(&self, rel: &str) {
         if let Some(remote) = &self.remote {
             remote.wrote(rel);
+        }
+    }
+}
+
+/// A file read by byte ranges (see [`DatasetRoot::open_ranged`]).
+#[derive(Debug)]
+pub enum RangedFile {
+    /// A local file.
+    Local(std::fs::File),
+    /// An object on storage.
+    Remote {
+        /// Its dataset.
+        remote: Arc<Remote>,
+        /// Its path inside the dataset.
+        rel: String,
+        /// Its length.
+        len: u64,
+    },
+}
+
+impl RangedFile {
+    /// The file's length in bytes.
+    pub fn len(&self) -> std::io::Result<u64> {
+        match self {
+            RangedFile::Local(f) => f.metadata().map(|m| m.len()),
+            RangedFile::Remote { len, .. } => Ok(*len),
+        }
+    }
+
+    /// Is the file empty?
+    pub fn is_empty(&self) -> std::io::Result<bool> {
+        self.len().map(|n| n == 0)
+    }
+
+    /// Fills `buf` from `offset` (a range past the end is
+    /// `UnexpectedEof`). Storage failures are the outer error.
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<std::io::Result<()>> {
+        match self {
+            RangedFile::Local(f) => Ok(std::os::unix::fs::FileExt::read_exact_at(f, buf, offset)),
+            RangedFile::Remote { remote, rel, len } => {
+                let end = offset.checked_add(buf.len() as u64);
+                if end.is_none_or(|end| end > *len) {
+                    return Ok(Err(std::io::ErrorKind::UnexpectedEof.into()));
+                }
+                let bytes = remote.read_range(rel, offset, buf.len() as u64)?;
+                if bytes.len() != buf.len() {
+                    return Ok(Err(std::io::ErrorKind::UnexpectedEof.into()));
+                }
+                buf.copy_from_slice(&bytes);
+                Ok(Ok(()))
+            }
         }
     }
 }

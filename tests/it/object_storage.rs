@@ -535,6 +535,23 @@ fn the_second_search_over_the_same_partitions_issues_no_get() {
         "the second search over the same partitions issues no GET"
     );
     assert!(replica.disk_cache().bytes() > 0);
+    // Partitions were read by ranged GETs: the replica holds the ranges it
+    // probed, never the whole partitions file.
+    let mut names = Vec::new();
+    let mut dirs = vec![caches.path().join("r")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            if entry.path().is_dir() {
+                dirs.push(entry.path());
+            }
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    assert!(!names.iter().any(|n| n == "partitions.bin"), "{names:?}");
+    assert!(
+        names.iter().any(|n| n == "partitions.bin.ranges"),
+        "{names:?}"
+    );
 }
 
 #[cfg(feature = "cloud")]

@@ -196,3 +196,39 @@ fn a_version_is_young_while_it_was_recently_the_latest() {
     let report = ds.cleanup(1, Duration::from_millis(200)).unwrap();
     assert_eq!(report.versions_removed, vec![2]);
 }
+
+#[test]
+fn files_no_version_names_are_removed_once_an_hour_old() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, rows) = build(dir.path(), &[120, 80], 6, Metric::L2, 41);
+    ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 4))
+        .unwrap();
+    let before = answers(&ds, &rows);
+    // What failed writes leave: a fragment file, a deletion file and a
+    // segment directory no manifest names; two of them old, one fresh.
+    let hours_ago = std::time::SystemTime::now() - Duration::from_secs(2 * 3600);
+    let old_fragment = dir.path().join("data/99-00000000deadbeef.arrow");
+    let old_segment = dir.path().join("indices/ivf_flat-00000000deadbeef");
+    let fresh_deletion = dir.path().join("deletions/0-9-00000000deadbeef.bin");
+    std::fs::write(&old_fragment, b"orphan").unwrap();
+    std::fs::create_dir(&old_segment).unwrap();
+    std::fs::write(old_segment.join("model.bin"), b"orphan").unwrap();
+    std::fs::write(&fresh_deletion, b"orphan").unwrap();
+    for path in [&old_fragment, &old_segment.join("model.bin"), &old_segment] {
+        std::fs::File::open(path)
+            .unwrap()
+            .set_modified(hours_ago)
+            .unwrap();
+    }
+    let report = ds.cleanup(1, Duration::ZERO).unwrap();
+    assert_eq!(report.orphans_removed, 2, "{report:?}");
+    assert!(!old_fragment.exists() && !old_segment.exists());
+    assert!(
+        fresh_deletion.exists(),
+        "a fresh file may be a write in flight"
+    );
+    // The dataset's own files are all still there and answer alike.
+    assert_eq!(answers(&ds, &rows), before);
+    let reopened = Dataset::open(dir.path()).unwrap();
+    assert_eq!(answers(&reopened, &rows), before);
+}

@@ -1,7 +1,8 @@
 //! `shoal bench`: the benchmarks (`exact`: kernel and exact search; `ivf`:
 //! recall and QPS per index type; `batch`: the shared scan against the
 //! per-query path on a dataset; `engine`: coalesced against direct under
-//! closed-loop clients, with `plot`), and what they share: temporary
+//! closed-loop clients, with `plot`; `remote`: a dataset on object storage
+//! against local disk), and what they share: temporary
 //! datasets, recall, query shapes, peak memory and JSON output.
 //!
 //! Everything is measured in one run on the same data, and reported as
@@ -13,6 +14,7 @@ pub mod exact;
 mod fma_peak;
 pub mod ivf;
 mod plot;
+pub mod remote;
 
 use serde::Serialize;
 use shoal::demo::{demo_batch, demo_schema};

@@ -12,7 +12,7 @@ mod retention;
 mod search;
 mod write;
 
-pub use retention::Cleanup;
+pub use retention::{Cleanup, ORPHAN_MIN_AGE};
 pub use write::{IntoRecordBatch, StagedCommit};
 
 use crate::config::Config;

@@ -7,8 +7,10 @@
 //! its clones, released on drop), and every version younger than
 //! `min_age` (another process may be reading it). Manifests go first, so
 //! no one opens a removed version afterwards; then the files that only
-//! removed versions named. Files no manifest names (an append in flight)
-//! are never touched.
+//! removed versions named. Files no manifest names are left by writes in
+//! flight, or by writes that failed or lost a commit race: they are
+//! removed once older than both `min_age` and [`ORPHAN_MIN_AGE`] (an
+//! hour), when no write can still be about to commit them.
 
 use super::Dataset;
 use crate::error::{Error, Result};
@@ -16,7 +18,8 @@ use crate::index::ivf::INDICES_DIR;
 use crate::storage::deletions::DELETIONS_DIR;
 use crate::storage::fragment::DATA_DIR;
 use crate::storage::manifest::{
-    list_versions, manifest_path, manifest_rel, now_ms, read_manifest, Manifest,
+    list_versions, list_versions_as_of, manifest_path, manifest_rel, now_ms, read_manifest,
+    Manifest,
 };
 use crate::storage::DatasetRoot;
 use serde::Serialize;
@@ -32,9 +35,17 @@ pub struct Cleanup {
     pub versions_removed: Vec<u64>,
     /// Fragment, deletion and index files (or segment directories) removed.
     pub files_removed: usize,
+    /// Of those, files no version names (left by writes that failed or
+    /// lost a commit race), removed once older than [`ORPHAN_MIN_AGE`].
+    pub orphans_removed: usize,
     /// Their bytes.
     pub bytes_removed: u64,
 }
+
+/// Files no version names are removed only once they are this old (and
+/// older than the cleanup's `min_age`): a write in progress anywhere, even
+/// a long index build, commits its files well within it.
+pub const ORPHAN_MIN_AGE: Duration = Duration::from_secs(3600);
 
 /// Versions held by live handles in this process: (canonical root,
 /// version) → handles.
@@ -108,8 +119,12 @@ fn size_of(path: &Path) -> u64 {
 fn remove(root: &DatasetRoot, rel: &str) -> Result<Option<u64>> {
     if let Some(remote) = root.remote_side() {
         // A segment is a folder of objects; any other file one object.
-        let objects = if rel.starts_with(INDICES_DIR) {
-            remote.list(rel)?
+        let objects: Vec<(String, u64)> = if rel.starts_with(INDICES_DIR) {
+            remote
+                .list(rel)?
+                .into_iter()
+                .map(|(object, size, _)| (object, size))
+                .collect()
         } else {
             remote
                 .size(rel)?
@@ -142,6 +157,66 @@ fn remove(root: &DatasetRoot, rel: &str) -> Result<Option<u64>> {
     }
 }
 
+/// Every fragment, deletion and index file (segments as their
+/// directories) stored for the dataset, with when it was last modified
+/// (milliseconds since the Unix epoch; a segment: its newest file).
+fn stored_files(root: &DatasetRoot) -> Result<Vec<(String, u64)>> {
+    let mut out: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let mut note = |rel: String, modified: u64| {
+        let at = out.entry(rel).or_insert(0);
+        *at = (*at).max(modified);
+    };
+    for dir in [DATA_DIR, DELETIONS_DIR, INDICES_DIR] {
+        if let Some(remote) = root.remote_side() {
+            for (object, _, modified) in remote.list(dir)? {
+                let mut parts = object.splitn(3, '/');
+                let (Some(top), Some(name)) = (parts.next(), parts.next()) else {
+                    continue;
+                };
+                note(format!("{top}/{name}"), modified);
+            }
+            continue;
+        }
+        let path = root.path_of(dir);
+        let entries = match std::fs::read_dir(&path) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue; // a download or write in progress
+            }
+            let modified = newest_mtime(&entry.path());
+            note(format!("{dir}/{name}"), modified);
+        }
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// The newest modification time under `path` (a file or a directory), in
+/// milliseconds since the Unix epoch; "now" when unreadable, so that an
+/// unreadable file is never taken for an old one.
+fn newest_mtime(path: &Path) -> u64 {
+    let own = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or_else(now_ms, |d| d.as_millis() as u64);
+    if path.is_dir() {
+        std::fs::read_dir(path)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| newest_mtime(&e.path()))
+                    .fold(own, u64::max)
+            })
+            .unwrap_or_else(|_| now_ms())
+    } else {
+        own
+    }
+}
+
 /// Removes the manifest of `version`; false when it was gone already.
 fn remove_manifest(root: &DatasetRoot, version: u64) -> Result<bool> {
     if let Some(remote) = root.remote_side() {
@@ -160,9 +235,10 @@ fn remove_manifest(root: &DatasetRoot, version: u64) -> Result<bool> {
 impl Dataset {
     /// Removes the versions older than the newest `keep` (at least one is
     /// always kept) that no handle of this process holds and that are older
-    /// than `min_age`, and then the files only they named. Searches on kept
-    /// versions are unaffected; a removed version can no longer be checked
-    /// out.
+    /// than `min_age`, and then the files only they named, and the files
+    /// no version names that are older than `min_age` and
+    /// [`ORPHAN_MIN_AGE`]. Searches on kept versions are unaffected; a
+    /// removed version can no longer be checked out.
     pub fn cleanup(&self, keep: usize, min_age: Duration) -> Result<Cleanup> {
         let keep = keep.max(1);
         let versions = list_versions(&self.root)?;
@@ -214,6 +290,28 @@ impl Dataset {
             doomed.extend(files_of(manifest));
         }
         drop(pins);
+        // Versions committed since the listing keep their files too.
+        let newest_listed = versions.last().copied().unwrap_or(0);
+        for v in list_versions_as_of(&self.root, true)? {
+            if v > newest_listed {
+                match read_manifest(&self.root, v) {
+                    Ok(m) => kept_files.extend(files_of(&m)),
+                    Err(Error::VersionNotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let orphan_before = now_ms().saturating_sub(min_age.max(ORPHAN_MIN_AGE).as_millis() as u64);
+        let named_by_removed = doomed.clone();
+        for (rel, modified) in stored_files(&self.root)? {
+            if modified < orphan_before
+                && !kept_files.contains(&rel)
+                && !named_by_removed.contains(&rel)
+            {
+                doomed.insert(rel.clone());
+                report.orphans_removed += 1;
+            }
+        }
         for rel in doomed.difference(&kept_files) {
             // A file already gone was removed by an earlier, interrupted
             // cleanup.
