@@ -4,6 +4,10 @@ the first 64 vectors of an .fvecs file, each with one of N filters.
 
   make_bodies.py QUERIES.fvecs N [TEMPLATE] > bodies.jsonl
 
+With SHOAL_BODY_ENCODING=base64 in the environment the vectors are
+written as base64 of their little-endian float32 bytes (the compact form
+the API accepts) instead of numbers rounded to 6 decimals.
+
 N = 0 writes bodies without a filter. TEMPLATE (default "len < 30") is the
 filter; with N > 1, "{i}" in it is replaced by the filter number, and a
 template without "{i}" becomes "(TEMPLATE) AND id <> -(i+1)": N distinct
@@ -11,7 +15,9 @@ filters admitting the same rows. The special template "issue23" gives the
 filters of issue 23's table: len < 15 ... len < 30 (then, past 16, AND'ed
 with id <> -(i/16+1) so that they stay distinct).
 """
+import base64
 import json
+import os
 import struct
 import sys
 
@@ -49,7 +55,12 @@ def main():
     vs = vectors(path, 64)
     fs = filters(n, template)
     for i in range(max(256, len(fs))):
-        body = {"vector": [round(x, 6) for x in vs[i % len(vs)]], "k": 10}
+        v = vs[i % len(vs)]
+        if os.environ.get("SHOAL_BODY_ENCODING") == "base64":
+            packed = base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
+            body = {"vector": packed, "k": 10}
+        else:
+            body = {"vector": [round(x, 6) for x in v], "k": 10}
         f = fs[i % len(fs)]
         if f is not None:
             body["filter"] = f

@@ -157,10 +157,12 @@ pub fn run(cli: Cli) -> Result<()> {
             let ds = Dataset::open_with_config(&dataset, config)?;
             let report = ds.cleanup(keep, std::time::Duration::from_millis(min_age_ms))?;
             super::print::stdout_line(format_args!(
-                "removed {} versions and {} files ({} bytes); version {} is the latest",
+                "removed {} versions and {} files, {} bytes ({} of the files named by no \
+                 version); version {} is the latest",
                 report.versions_removed.len(),
                 report.files_removed,
                 report.bytes_removed,
+                report.orphans_removed,
                 ds.version()
             ))
         }

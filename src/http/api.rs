@@ -62,7 +62,8 @@ impl ParamsBody {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchBody {
-    /// The query vector.
+    /// The query vector: numbers, or base64 of little-endian float32.
+    #[serde(deserialize_with = "super::wire::vector")]
     pub vector: Vec<f32>,
     /// Rows to return.
     #[serde(default = "default_k")]
@@ -94,7 +95,8 @@ impl SearchBody {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchEntry {
-    /// The query vector.
+    /// The query vector: numbers, or base64 of little-endian float32.
+    #[serde(deserialize_with = "super::wire::vector")]
     pub vector: Vec<f32>,
     /// Rows to return.
     #[serde(default = "default_k")]
@@ -121,8 +123,9 @@ pub struct BatchEntry {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchBody {
-    /// The query vectors.
-    #[serde(default)]
+    /// The query vectors (each numbers, or base64 of little-endian
+    /// float32).
+    #[serde(default, deserialize_with = "super::wire::vectors")]
     pub vectors: Option<Vec<Vec<f32>>>,
     /// Full search requests, one per query (instead of `vectors`).
     #[serde(default)]

@@ -96,3 +96,19 @@ impl IntoResponse for ApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreachable_storage_is_503_storage_unavailable() {
+        let e = Error::StorageUnavailable {
+            url: "s3://bucket/ds".into(),
+            message: "connection refused".into(),
+        };
+        assert_eq!(status_of(&e), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(code_of(&e), "storage_unavailable");
+        assert!(!e.is_user_error());
+    }
+}

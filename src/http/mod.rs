@@ -11,6 +11,7 @@ mod api;
 mod error;
 mod jobs;
 mod metrics;
+mod wire;
 
 use self::api::{hits_json, BatchBody, SearchBody};
 use self::error::ApiError;

@@ -109,6 +109,13 @@ fn json_vector(v: &[f32]) -> String {
 }
 
 /// (id, distance) pairs of a JSON hit list.
+/// `v` as base64 of its little-endian float32 bytes.
+fn base64_vector(v: &[f32]) -> String {
+    use base64::Engine as _;
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 fn hits_of(value: &serde_json::Value) -> Vec<(i64, f32)> {
     value
         .as_array()
@@ -153,6 +160,11 @@ fn searches_over_http_answer_what_the_in_process_path_answers() {
             .unwrap();
         let want = pairs(&expected);
         assert_eq!(hits_of(&answer["hits"]), want);
+        // The same vector as base64 of little-endian float32.
+        let packed = body.replace(&json_vector(v), &format!("\"{}\"", base64_vector(v)));
+        let (status, same) = post(&format!("{}/v1/datasets/ds/search", server.url), &packed);
+        assert_eq!(status, 200, "{same}");
+        assert_eq!(same["hits"], answer["hits"], "base64 = numbers");
         let first = &answer["hits"][0]["columns"];
         assert!(first["len"].as_i64().unwrap() < 20);
         assert!(first.get("category").is_some());
@@ -173,6 +185,24 @@ fn searches_over_http_answer_what_the_in_process_path_answers() {
         let want = pairs(&expected);
         assert_eq!(hits_of(&r["hits"]), want, "query {i}");
     }
+    let packed: Vec<String> = vectors.iter().map(|v| base64_vector(v)).collect();
+    let body =
+        serde_json::json!({ "vectors": packed, "ks": (1..=vectors.len()).collect::<Vec<_>>() });
+    let (status, same) = post(
+        &format!("{}/v1/datasets/ds/search/batch", server.url),
+        &body.to_string(),
+    );
+    assert_eq!(status, 200, "{same}");
+    assert_eq!(
+        same["results"], answer["results"],
+        "a base64 batch = numbers"
+    );
+    let (status, error) = post(
+        &format!("{}/v1/datasets/ds/search", server.url),
+        r#"{"vector": "AAAAAAA="}"#,
+    );
+    assert_eq!(status, 400, "{error}");
+    assert!(error.to_string().contains("4 bytes"), "{error}");
     // A batch of full search requests, each with its own filter, k,
     // offset, probing and columns, answered by one shared scan.
     let entries: Vec<serde_json::Value> = (0..6)
