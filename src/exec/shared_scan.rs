@@ -103,10 +103,15 @@ impl Loads {
     }
 }
 
-/// Scan threads for `work` (query, row) scores over `units` work items.
-fn threads_for(view: &IndexView<'_>, queries: usize, work: usize, units: usize) -> usize {
-    // One query runs on one thread, as in the per-query path.
-    if queries < 2 || work < MIN_PARALLEL_WORK {
+/// Shares a segment's scan is split into: one when the work is small (a
+/// hand-off to another thread would cost more than it saves), else up to
+/// one per scan thread, for a single query too. Idle scan threads help;
+/// when every one is busy, the caller scans the shares itself (see
+/// `ScanPool::run`), so a lone query uses idle cores without taking them
+/// from a loaded engine. The per-share heaps merge under the one tie rule,
+/// so the rows and distance bits are those of a one-thread scan.
+fn threads_for(view: &IndexView<'_>, work: usize, units: usize) -> usize {
+    if work < MIN_PARALLEL_WORK {
         1
     } else {
         view.threads.clamp(1, units.max(1))
@@ -347,50 +352,48 @@ fn scan_partition_major(
     let all: Vec<usize> = (0..n).collect();
     let kq = KernelQueries::new(seg, &batch.queries, &all);
     let next = AtomicUsize::new(0);
-    let parts = view
-        .pool
-        .run(threads_for(view, n, work, units.len()), |_| {
-            let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.index_depth(i))).collect();
-            let (mut qrows, mut qnorms, mut qoffsets, mut scores) =
-                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
-                view.cancel.check()?;
-                let part = loads.fetch(seg, p, view)?;
-                let qs = &probers[p as usize];
-                let bits = admission.bits_for(batch, qs.iter().copied(), &seg.key, p, &part)?;
-                for group in qs.chunks(QUERY_GROUP) {
-                    qrows.clear();
-                    qnorms.clear();
-                    qoffsets.clear();
-                    for &qi in group {
-                        qrows.extend_from_slice(kq.row(qi));
-                        qnorms.push(kq.norm(qi));
-                        qoffsets.extend(kq.offset(qi));
-                    }
-                    let stride = score_partition(
-                        p,
-                        &part,
-                        batch.metric,
-                        &qrows,
-                        &qnorms,
-                        &qoffsets,
-                        &mut scores,
-                    )?;
-                    for (j, &qi) in group.iter().enumerate() {
-                        push_scored(
-                            &scores[j * stride..j * stride + part.len()],
-                            &part.row_ids,
-                            admission.test(bits.of(batch.prefilter(qi))),
-                            &mut local[qi],
-                        );
-                    }
+    let parts = view.pool.run(threads_for(view, work, units.len()), |_| {
+        let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.index_depth(i))).collect();
+        let (mut qrows, mut qnorms, mut qoffsets, mut scores) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+            view.cancel.check()?;
+            let part = loads.fetch(seg, p, view)?;
+            let qs = &probers[p as usize];
+            let bits = admission.bits_for(batch, qs.iter().copied(), &seg.key, p, &part)?;
+            for group in qs.chunks(QUERY_GROUP) {
+                qrows.clear();
+                qnorms.clear();
+                qoffsets.clear();
+                for &qi in group {
+                    qrows.extend_from_slice(kq.row(qi));
+                    qnorms.push(kq.norm(qi));
+                    qoffsets.extend(kq.offset(qi));
                 }
-                loads
-                    .scored
-                    .fetch_add((qs.len() * part.len()) as u64, Ordering::Relaxed);
+                let stride = score_partition(
+                    p,
+                    &part,
+                    batch.metric,
+                    &qrows,
+                    &qnorms,
+                    &qoffsets,
+                    &mut scores,
+                )?;
+                for (j, &qi) in group.iter().enumerate() {
+                    push_scored(
+                        &scores[j * stride..j * stride + part.len()],
+                        &part.row_ids,
+                        admission.test(bits.of(batch.prefilter(qi))),
+                        &mut local[qi],
+                    );
+                }
             }
-            Ok(local)
-        })?;
+            loads
+                .scored
+                .fetch_add((qs.len() * part.len()) as u64, Ordering::Relaxed);
+        }
+        Ok(local)
+    })?;
     for part in parts {
         for (h, p) in heaps.iter_mut().zip(part) {
             h.merge(p);
@@ -433,7 +436,7 @@ fn scan_pq_block(
         .iter()
         .flat_map(|parts| parts.iter().map(|&p| seg.partition_rows(p)))
         .sum();
-    let threads = threads_for(view, block.len(), work, block.len());
+    let threads = threads_for(view, work, block.len());
     // Fetch: each distinct partition once, shared out to the threads, with
     // the bits of each prefilter its queries bring.
     let next = AtomicUsize::new(0);
