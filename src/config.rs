@@ -321,6 +321,13 @@ impl Config {
                 "config: server.max_body_bytes must be at least 1".into(),
             ));
         }
+        if self.cache.disk_bytes < 1 << 20 {
+            return Err(Error::InvalidArgument(
+                "config: cache.disk_bytes must be at least 1MiB (object-storage files are \
+                 read from it)"
+                    .into(),
+            ));
+        }
         let positive = [
             ("limits.max_k", self.limits.max_k),
             ("limits.max_refine_factor", self.limits.max_refine_factor),
@@ -440,5 +447,14 @@ mod tests {
         assert_eq!(capped.coalesced_batch_size(), capped.limits.max_batch_size);
         assert!(Config::from_toml_str("[coalescer]\nwindow = 5\n").is_err());
         assert!(Config::from_toml_str("[limits]\nmemory_budget_bytes = 0\n").is_err());
+        assert!(Config::from_toml_str("[cache]\ndisk_bytes = 0\n").is_err());
+        assert!(Config::from_toml_str("[storage]\nregion = 3\n").is_err());
+        let s3 = Config::from_toml_str(
+            "[storage]\nendpoint = 'http://127.0.0.1:9000'\nallow_http = true\n\
+             [cache]\ndisk_bytes = '2GiB'\n",
+        )
+        .unwrap();
+        assert_eq!(s3.storage.endpoint, "http://127.0.0.1:9000");
+        assert_eq!(s3.cache.disk_bytes, 2 << 30);
     }
 }

@@ -334,7 +334,7 @@ impl Remote {
     fn object(&self, rel: &str) -> ObjectPath {
         rel.split('/')
             .filter(|p| !p.is_empty())
-            .fold(self.prefix.clone(), |p, part| p.clone().join(part))
+            .fold(self.prefix.clone(), |p, part| p.join(part))
     }
 
     fn unavailable(&self, rel: &str, e: impl std::fmt::Display) -> Error {
