@@ -10,7 +10,7 @@ use crate::query::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-fn default_k() -> usize {
+pub(super) fn default_k() -> usize {
     10
 }
 
@@ -243,5 +243,71 @@ pub fn scalar_json(v: &ScalarValue) -> Value {
         }
         ScalarValue::Utf8(s) => Value::String(s.clone()),
         ScalarValue::Vector(v) => Value::from(v.clone()),
+    }
+}
+
+/// The query string of a raw-float32 batch (`Content-Type:
+/// application/octet-stream` on `/search/batch` and `/explain`): the
+/// batch-wide options of a JSON `vectors` batch, `select` comma-separated.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBatchParams {
+    /// Rows per query.
+    #[serde(default = "default_k")]
+    pub k: usize,
+    /// Rows to skip first, per query.
+    #[serde(default)]
+    pub offset: usize,
+    /// Vector column (the only one when left out); also gives the
+    /// dimension the body is cut by.
+    pub column: Option<String>,
+    /// SQL filter over scalar columns.
+    pub filter: Option<String>,
+    /// `prefilter` (default) or `postfilter`.
+    pub filter_mode: Option<FilterMode>,
+    /// Partitions probed per query.
+    pub nprobes: Option<usize>,
+    /// Rerank (k + offset) × R candidates with exact vectors.
+    pub refine_factor: Option<usize>,
+    /// Skip fragments no index covers yet.
+    #[serde(default)]
+    pub fast_search: bool,
+    /// Columns returned with each hit, comma-separated.
+    pub select: Option<String>,
+    /// Version to search (latest when left out).
+    pub version: Option<u64>,
+}
+
+impl RawBatchParams {
+    /// The batch of `vectors` these options ask for.
+    pub fn into_batch(self, vectors: Vec<Vec<f32>>) -> Result<BatchQuery, Error> {
+        let select = self
+            .select
+            .map(|s| {
+                s.split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        BatchBody {
+            vectors: Some(vectors),
+            queries: None,
+            k: Some(self.k),
+            ks: None,
+            offset: self.offset,
+            params: ParamsBody {
+                column: self.column,
+                filter: self.filter,
+                filter_mode: self.filter_mode,
+                nprobes: self.nprobes,
+                refine_factor: self.refine_factor,
+                fast_search: self.fast_search,
+                select,
+                version: self.version,
+            },
+        }
+        .into_batch()
     }
 }

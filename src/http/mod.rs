@@ -13,7 +13,7 @@ mod jobs;
 mod metrics;
 mod wire;
 
-use self::api::{hits_json, BatchBody, SearchBody};
+use self::api::{hits_json, BatchBody, RawBatchParams, SearchBody};
 use self::error::ApiError;
 use self::jobs::IndexJobs;
 use crate::serve::Engine;
@@ -233,6 +233,65 @@ where
     }
 }
 
+/// A batch search's body: JSON ([`BatchBody`]), or with `Content-Type:
+/// application/octet-stream` raw little-endian float32 vectors with the
+/// options in the query string ([`RawBatchParams`]).
+enum BatchInput {
+    Json(BatchBody),
+    Raw(RawBatchParams, axum::body::Bytes),
+}
+
+impl BatchInput {
+    /// The batch, for the dataset `ds` (whose vector column gives a raw
+    /// body's dimension).
+    fn into_batch(
+        self,
+        ds: &crate::serve::DatasetHandle,
+    ) -> Result<crate::query::BatchQuery, ApiError> {
+        match self {
+            BatchInput::Json(body) => Ok(body.into_batch()?),
+            BatchInput::Raw(params, body) => {
+                let latest = ds.latest();
+                let (_, dim, _) = latest.schema().vector_column(params.column.as_deref())?;
+                let vectors = wire::split_raw_batch(&body, dim)
+                    .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, "malformed_body", m))?;
+                Ok(params.into_batch(vectors)?)
+            }
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for BatchInput {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let raw = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/octet-stream"));
+        if !raw {
+            return JsonBody::<BatchBody>::from_request(req, state)
+                .await
+                .map(|JsonBody(body)| BatchInput::Json(body));
+        }
+        let params = axum::extract::Query::<RawBatchParams>::try_from_uri(req.uri())
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_query_string", e.body_text()))?
+            .0;
+        let body = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| {
+                let status = e.status();
+                if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(status, "body_too_large", e.body_text())
+                } else {
+                    ApiError::new(StatusCode::BAD_REQUEST, "malformed_body", e.body_text())
+                }
+            })?;
+        Ok(BatchInput::Raw(params, body))
+    }
+}
+
 async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
@@ -292,11 +351,11 @@ async fn search(
 async fn search_batch(
     State(engine): State<Engine>,
     Path(name): Path<String>,
-    JsonBody(body): JsonBody<BatchBody>,
+    body: BatchInput,
 ) -> Result<Json<Value>, ApiError> {
     let started = Instant::now();
     let ds = engine.dataset(&name).await?;
-    let results = ds.search_batch(&body.into_batch()?).await?;
+    let results = ds.search_batch(&body.into_batch(&ds)?).await?;
     Ok(Json(json!({
         "version": results.version,
         "results": results_json(&results),
@@ -307,10 +366,10 @@ async fn search_batch(
 async fn explain(
     State(engine): State<Engine>,
     Path(name): Path<String>,
-    JsonBody(body): JsonBody<BatchBody>,
+    body: BatchInput,
 ) -> Result<Json<Value>, ApiError> {
     let ds = engine.dataset(&name).await?;
-    let (results, profile) = ds.explain(&body.into_batch()?).await?;
+    let (results, profile) = ds.explain(&body.into_batch(&ds)?).await?;
     Ok(Json(json!({
         "version": results.version,
         "results": results_json(&results),

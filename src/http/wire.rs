@@ -2,7 +2,10 @@
 //! base64-encoded little-endian float32 (4 bytes a dimension). The string
 //! form is about a third of the size of decimal numbers and is decoded
 //! without parsing a float per dimension; both give the same `f32` bits
-//! to the engine, so both get the same answers.
+//! to the engine, so both get the same answers. A batch may also come as
+//! a raw body of little-endian float32 (`application/octet-stream`),
+//! query after query, with its options in the query string
+//! ([`split_raw_batch`]).
 
 use base64::Engine as _;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
@@ -44,7 +47,7 @@ pub fn decode_base64_f32(text: &str) -> Result<Vec<f32>, String> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
         .map_err(|e| format!("vector is not valid base64: {e}"))?;
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(format!(
             "a base64 vector holds 4 bytes (little-endian float32) per dimension; it decodes to {} bytes",
             bytes.len()
@@ -53,6 +56,27 @@ pub fn decode_base64_f32(text: &str) -> Result<Vec<f32>, String> {
     Ok(bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// The query vectors of a raw batch body: little-endian float32, `dim`
+/// per query, query after query.
+pub fn split_raw_batch(body: &[u8], dim: usize) -> Result<Vec<Vec<f32>>, String> {
+    let per_query = dim * 4;
+    if per_query == 0 || body.is_empty() || !body.len().is_multiple_of(per_query) {
+        return Err(format!(
+            "a raw batch body holds whole query vectors of {dim} little-endian float32 \
+             ({per_query} bytes each); this one has {} bytes",
+            body.len()
+        ));
+    }
+    Ok(body
+        .chunks_exact(per_query)
+        .map(|q| {
+            q.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
         .collect())
 }
 
@@ -93,6 +117,18 @@ mod tests {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&packed.vector), bits(&values));
         assert_eq!(bits(&numbers.vector), bits(&values));
+    }
+
+    #[test]
+    fn a_raw_batch_is_cut_into_whole_vectors() {
+        let values: Vec<f32> = (0..12).map(|i| i as f32 * 0.5 - 1.0).collect();
+        let body: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let queries = split_raw_batch(&body, 4).unwrap();
+        assert_eq!(queries.len(), 3);
+        assert_eq!(queries[2], values[8..].to_vec());
+        assert!(split_raw_batch(&body, 5).unwrap_err().contains("48 bytes"));
+        assert!(split_raw_batch(&body[..47], 4).is_err());
+        assert!(split_raw_batch(&[], 4).is_err());
     }
 
     #[test]

@@ -197,6 +197,46 @@ fn searches_over_http_answer_what_the_in_process_path_answers() {
         same["results"], answer["results"],
         "a base64 batch = numbers"
     );
+    // The same batch as a raw float32 body, options in the query string.
+    let raw: Vec<u8> = vectors
+        .iter()
+        .flatten()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let post_raw = |query: &str, body: &[u8]| -> (u16, serde_json::Value) {
+        let mut response = agent()
+            .post(&format!(
+                "{}/v1/datasets/ds/search/batch?{query}",
+                server.url
+            ))
+            .header("content-type", "application/octet-stream")
+            .send(body)
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap();
+        (status, serde_json::from_str(&text).unwrap())
+    };
+    let json_body = serde_json::json!({ "vectors": vectors, "k": 6, "nprobes": 2,
+        "filter": "len < 20", "select": ["len", "category"] });
+    let (status, want) = post(
+        &format!("{}/v1/datasets/ds/search/batch", server.url),
+        &json_body.to_string(),
+    );
+    assert_eq!(status, 200, "{want}");
+    let (status, got) = post_raw(
+        "k=6&nprobes=2&filter=len%20%3C%2020&select=len,category",
+        &raw,
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(
+        got["results"], want["results"],
+        "a raw float32 batch = JSON"
+    );
+    let (status, error) = post_raw("k=6", &raw[..raw.len() - 4]);
+    assert_eq!(status, 400, "{error}");
+    assert!(error.to_string().contains("whole query vectors"), "{error}");
+    let (status, error) = post_raw("kk=6", &raw);
+    assert_eq!(status, 400, "{error}");
     let (status, error) = post(
         &format!("{}/v1/datasets/ds/search", server.url),
         r#"{"vector": "AAAAAAA="}"#,
