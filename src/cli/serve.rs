@@ -19,12 +19,8 @@ pub fn run_serve(data_dir: &Path, listen: Option<String>, mut config: Config) ->
     }
     config.validate()?;
     let session = Session::new(config.clone());
-    let remote = data_dir
-        .to_str()
-        .is_some_and(|d| d.contains("://") && !d.starts_with("file://"));
-    if !remote {
-        std::fs::create_dir_all(data_dir).map_err(|e| Error::io(data_dir, e))?;
-    }
+    // A local data directory not made yet is empty: the demo is built
+    // there, and the engine makes the directory.
     if shoal::internals::dataset_names_in(&session, data_dir)?.is_empty() {
         match build_demo(&session, &data_dir.join("demo")) {
             // A replica started at the same time is building it.

@@ -23,7 +23,7 @@ use crate::exec::ScanPool;
 use crate::index::ivf::{LoadedSegment, INDICES_DIR};
 use crate::index::{IndexSegmentMeta, PartitionCache};
 use crate::storage::fragment::ColumnCache;
-use crate::storage::remote::{build_store, file_url_path, is_url, parse_location};
+use crate::storage::remote::{build_store, location_of, parse_location, Location};
 use crate::storage::{DatasetRoot, DiskCache, Remote, Schema};
 use object_store::ObjectStore;
 use std::collections::HashMap;
@@ -116,13 +116,10 @@ impl Session {
     /// Where the dataset `location` (a path, a `file://` URL, or an
     /// object-storage URL) keeps its files.
     pub fn locate(&self, location: &Path) -> Result<DatasetRoot> {
-        let Some(text) = location.to_str().filter(|t| is_url(t)) else {
-            return Ok(DatasetRoot::local(location));
+        let url = match location_of(location) {
+            Location::Local(dir) => return Ok(DatasetRoot::local(dir.into_owned())),
+            Location::Remote(url) => url.trim_end_matches('/').to_string(),
         };
-        if let Some(path) = file_url_path(text) {
-            return Ok(DatasetRoot::local(path));
-        }
-        let url = text.trim_end_matches('/').to_string();
         let mut remotes = self.inner.remotes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(remote) = remotes.get(&url) {
             return Ok(DatasetRoot::remote(remote.clone()));
@@ -156,22 +153,27 @@ impl Session {
     }
 
     /// The names directly inside `location` (a directory or a URL):
-    /// subdirectories, or the next path segment of objects under the URL.
+    /// subdirectories, or the next path segment of objects under the URL
+    /// (none for a directory that does not exist).
     pub fn children(&self, location: &Path) -> Result<Vec<String>> {
-        let text = location.to_str().filter(|t| is_url(t));
-        let Some(url) = text.filter(|t| file_url_path(t).is_none()) else {
-            let dir = text
-                .and_then(file_url_path)
-                .unwrap_or(location.to_path_buf());
-            let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
-            let mut names = Vec::new();
-            for entry in entries {
-                let entry = entry.map_err(|e| Error::io(&dir, e))?;
-                if entry.path().is_dir() {
-                    names.push(entry.file_name().to_string_lossy().into_owned());
+        let url = match location_of(location) {
+            Location::Remote(url) => url,
+            Location::Local(dir) => {
+                let entries = match std::fs::read_dir(&dir) {
+                    Ok(entries) => entries,
+                    // A directory not made yet holds nothing.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                    Err(e) => return Err(Error::io(&*dir, e)),
+                };
+                let mut names = Vec::new();
+                for entry in entries {
+                    let entry = entry.map_err(|e| Error::io(&*dir, e))?;
+                    if entry.path().is_dir() {
+                        names.push(entry.file_name().to_string_lossy().into_owned());
+                    }
                 }
+                return Ok(names);
             }
-            return Ok(names);
         };
         let (store, prefix) = self.store_of(url)?;
         let listed = crate::storage::remote::block_on(async move {

@@ -15,7 +15,7 @@ use super::stats::{EngineStats, Stats};
 use crate::config::Config;
 use crate::db::Session;
 use crate::error::{Error, Result};
-use crate::storage::remote::{file_url_path, is_url};
+use crate::storage::remote::{location_of, Location};
 use crate::storage::Schema;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -73,11 +73,8 @@ impl Engine {
         })?;
         config.validate()?;
         let data_dir = data_dir.as_ref().to_path_buf();
-        let remote = data_dir
-            .to_str()
-            .is_some_and(|d| is_url(d) && file_url_path(d).is_none());
-        if !remote {
-            std::fs::create_dir_all(&data_dir).map_err(|e| Error::io(&data_dir, e))?;
+        if let Location::Local(dir) = location_of(&data_dir) {
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&*dir, e))?;
         }
         let stats = Arc::new(Stats::new());
         let budget = MemoryBudget::new(config.limits.memory_budget_bytes.bytes());

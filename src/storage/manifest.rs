@@ -104,6 +104,26 @@ impl Manifest {
         next
     }
 
+    /// The files this version names, by path inside the dataset
+    /// (`data/…`, `deletions/…`, and each index segment as its directory
+    /// `indices/<id>`): what retention keeps and a remote commit uploads.
+    pub fn files(&self) -> std::collections::BTreeSet<String> {
+        use crate::storage::{
+            deletions::DELETIONS_DIR, fragment::DATA_DIR, index_meta::INDICES_DIR,
+        };
+        let mut out = std::collections::BTreeSet::new();
+        for f in &self.fragments {
+            out.insert(format!("{DATA_DIR}/{}", f.file));
+            if let Some(d) = &f.deletion_file {
+                out.insert(format!("{DELETIONS_DIR}/{d}"));
+            }
+        }
+        for s in &self.indices {
+            out.insert(format!("{INDICES_DIR}/{}", s.id));
+        }
+        out
+    }
+
     /// Rows visible in this version (not deleted).
     pub fn visible_rows(&self) -> u64 {
         self.fragments.iter().map(|f| f.rows - f.deleted_rows).sum()
@@ -334,20 +354,15 @@ fn commit_remote(
     remote: &crate::storage::remote::Remote,
     manifest: &Manifest,
 ) -> Result<()> {
-    let mut named: std::collections::HashSet<String> = std::collections::HashSet::new();
-    for f in &manifest.fragments {
-        named.insert(format!("{}/{}", crate::storage::fragment::DATA_DIR, f.file));
-        if let Some(d) = &f.deletion_file {
-            named.insert(format!("{}/{d}", crate::storage::deletions::DELETIONS_DIR));
-        }
-    }
-    let segments: Vec<String> = manifest
-        .indices
-        .iter()
-        .map(|s| format!("{}/{}/", crate::storage::index_meta::INDICES_DIR, s.id))
-        .collect();
-    remote
-        .upload_written(|rel| named.contains(rel) || segments.iter().any(|s| rel.starts_with(s)))?;
+    // The fragment and deletion files it names, and the files inside the
+    // segment directories it names.
+    let named = manifest.files();
+    remote.upload_written(|rel| {
+        named.contains(rel)
+            || rel
+                .rsplit_once('/')
+                .is_some_and(|(dir, _)| named.contains(dir))
+    })?;
     let newest = match list_versions_as_of(root, true) {
         Ok(versions) => versions.last().copied(),
         Err(Error::DatasetNotFound(_)) => None, // the first commit, by create

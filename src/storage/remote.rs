@@ -28,8 +28,28 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// What a dataset location names.
+#[derive(Debug, PartialEq)]
+pub enum Location<'a> {
+    /// A local directory: a plain path, or the path of a `file://` URL.
+    Local(std::borrow::Cow<'a, Path>),
+    /// A URL on object storage (`s3://…`, `gs://…`, `az://…`, `memory://…`).
+    Remote(&'a str),
+}
+
+/// Tells a local directory from an object-storage URL.
+pub fn location_of(location: &Path) -> Location<'_> {
+    match location.to_str().filter(|t| is_url(t)) {
+        None => Location::Local(std::borrow::Cow::Borrowed(location)),
+        Some(text) => match file_url_path(text) {
+            Some(path) => Location::Local(std::borrow::Cow::Owned(path)),
+            None => Location::Remote(text),
+        },
+    }
+}
+
 /// Is `location` a URL (`scheme://…`) rather than a local path?
-pub fn is_url(location: &str) -> bool {
+fn is_url(location: &str) -> bool {
     match location.split_once("://") {
         Some((scheme, _)) => {
             scheme.len() > 1
@@ -42,7 +62,7 @@ pub fn is_url(location: &str) -> bool {
 }
 
 /// The local path a `file://` URL names (`None` for other schemes).
-pub fn file_url_path(location: &str) -> Option<PathBuf> {
+fn file_url_path(location: &str) -> Option<PathBuf> {
     let url = url::Url::parse(location).ok()?;
     if url.scheme() == "file" {
         url.to_file_path().ok()
@@ -358,41 +378,89 @@ impl Remote {
             .map_err(|e| self.unavailable(rel, e))
     }
 
-    /// The local path of `rel`, downloaded into the mirror unless it is
-    /// there already. `Ok(None)`: no such object.
-    pub fn fetch(&self, rel: &str) -> Result<Option<PathBuf>> {
+    /// Opens `rel` from the mirror, downloaded first unless the disk cache
+    /// holds it. `Ok(None)`: there is no such object.
+    pub fn open(&self, rel: &str) -> Result<Option<std::fs::File>> {
         let local = self.mirror.join(rel);
-        if self.disk.files.contains_key(&local) && local.exists() {
-            return Ok(Some(local));
-        }
-        if let Some(bytes) = left_by_earlier_process(&local) {
-            self.disk.files.insert(local.clone(), bytes);
-            return Ok(Some(local));
-        }
-        self.disk.files.invalidate(&local);
-        let loaded = self
-            .disk
-            .files
-            .try_get_with(local.clone(), || self.download(rel, &local));
-        match loaded {
-            Ok(_) => Ok(Some(local)),
-            Err(e) => match &*e {
-                Error::DatasetNotFound(_) => Ok(None),
-                other => Err(other.clone()),
-            },
-        }
+        self.open_cached(&local, &|| self.download(rel, &local))
     }
 
-    /// Streams `rel` into a temp file beside its mirror path, then renames
-    /// it into place (a reader never sees half a file). `DatasetNotFound`
-    /// stands for a missing object here.
-    fn download(&self, rel: &str, local: &Path) -> Result<u64> {
+    /// Bytes `offset..offset + len` of `rel` by one ranged GET, kept in the
+    /// disk cache as their own file (`<rel>.ranges/<offset>-<len>`): a range
+    /// read again comes from local disk. `Ok(None)`: there is no such
+    /// object.
+    pub fn read_range(&self, rel: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
+        let local = self
+            .mirror
+            .join(format!("{rel}.ranges"))
+            .join(format!("{offset}-{len}"));
+        let Some(mut file) =
+            self.open_cached(&local, &|| self.download_range(rel, offset, len, &local))?
+        else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| Error::io(&local, e))?;
+        Ok(Some(bytes))
+    }
+
+    /// Opens the mirror file `local`: the copy the disk cache holds (or an
+    /// earlier process left), or else a new one from `download` (one
+    /// download at a time per file). The cache may evict the copy between
+    /// the download and the open (another download made room): then it is
+    /// fetched again. `Ok(None)`: `download` found no object.
+    fn open_cached(
+        &self,
+        local: &Path,
+        download: &dyn Fn() -> Result<u64>,
+    ) -> Result<Option<std::fs::File>> {
+        for _ in 0..3 {
+            if !(self.disk.files.contains_key(local) && local.exists()) {
+                if let Some(bytes) = left_by_earlier_process(local) {
+                    self.disk.files.insert(local.to_path_buf(), bytes);
+                } else {
+                    self.disk.files.invalidate(local);
+                    let loaded = self.disk.files.try_get_with(local.to_path_buf(), download);
+                    if let Err(e) = loaded {
+                        return match &*e {
+                            Error::DatasetNotFound(_) => Ok(None),
+                            other => Err(other.clone()),
+                        };
+                    }
+                }
+            }
+            match std::fs::File::open(local) {
+                Ok(file) => return Ok(Some(file)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(local, e)),
+            }
+        }
+        Err(Error::Internal(format!(
+            "{} was evicted from the disk cache three times while being opened; raise \
+             cache.disk_bytes",
+            local.display()
+        )))
+    }
+
+    /// A temp file beside the mirror path `local` (its folder made), for a
+    /// download to be renamed into place whole: a reader never sees half a
+    /// file.
+    fn temp_beside(local: &Path) -> Result<(PathBuf, std::fs::File)> {
         let dir = local.parent().ok_or_else(|| {
             Error::Internal(format!("mirror path {} has no parent", local.display()))
         })?;
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let tmp = dir.join(format!(".part-{:016x}", rand::random::<u64>()));
-        let mut file = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        Ok((tmp, file))
+    }
+
+    /// Streams `rel` into a temp file beside its mirror path, then renames
+    /// it into place; its length. `DatasetNotFound` stands for a missing
+    /// object here.
+    fn download(&self, rel: &str, local: &Path) -> Result<u64> {
+        let (tmp, mut file) = Self::temp_beside(local)?;
         let (store, path) = (self.store.clone(), self.object(rel));
         let (tx, rx) = std::sync::mpsc::sync_channel::<bytes::Bytes>(4);
         // The runtime streams the body; this thread writes it to disk.
@@ -440,54 +508,22 @@ impl Remote {
         }
     }
 
-    /// Bytes `offset..offset + len` of `rel` by one ranged GET, kept in the
-    /// disk cache as their own file (`<rel>.ranges/<offset>-<len>`): a range
-    /// read again comes from local disk.
-    pub fn read_range(&self, rel: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let local = self
-            .mirror
-            .join(format!("{rel}.ranges"))
-            .join(format!("{offset}-{len}"));
-        if !self.disk.files.contains_key(&local) {
-            if let Some(bytes) = left_by_earlier_process(&local) {
-                self.disk.files.insert(local.clone(), bytes);
-            }
-        }
-        for _ in 0..3 {
-            if !(self.disk.files.contains_key(&local) && local.exists()) {
-                self.disk.files.invalidate(&local);
-                self.disk
-                    .files
-                    .try_get_with(local.clone(), || {
-                        self.download_range(rel, offset, len, &local)
-                    })
-                    .map_err(|e| (*e).clone())?;
-            }
-            match std::fs::read(&local) {
-                Ok(bytes) => return Ok(bytes),
-                // Evicted between the download and the read: again.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io(&local, e)),
-            }
-        }
-        Err(Error::Internal(format!(
-            "{}/{rel} bytes {offset}..+{len} were evicted from the disk cache three times \
-             while being read; raise cache.disk_bytes",
-            self.url
-        )))
-    }
-
-    /// One ranged GET into a temp file renamed to `local`; its length.
+    /// One ranged GET of `rel` into a temp file renamed to `local`; its
+    /// length. `DatasetNotFound` stands for a missing object here.
     fn download_range(&self, rel: &str, offset: u64, len: u64, local: &Path) -> Result<u64> {
         let (store, path) = (self.store.clone(), self.object(rel));
-        let bytes = block_on(async move { store.get_range(&path, offset..offset + len).await })?
-            .map_err(|e| self.unavailable(rel, e))?;
-        let dir = local.parent().ok_or_else(|| {
-            Error::Internal(format!("mirror path {} has no parent", local.display()))
-        })?;
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let tmp = dir.join(format!(".part-{:016x}", rand::random::<u64>()));
-        let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, local));
+        let bytes =
+            match block_on(async move { store.get_range(&path, offset..offset + len).await })? {
+                Ok(bytes) => bytes,
+                Err(object_store::Error::NotFound { .. }) => {
+                    return Err(Error::DatasetNotFound(local.to_path_buf()))
+                }
+                Err(e) => return Err(self.unavailable(rel, e)),
+            };
+        let (tmp, mut file) = Self::temp_beside(local)?;
+        let written = file
+            .write_all(&bytes)
+            .and_then(|()| std::fs::rename(&tmp, local));
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
             return Err(Error::io(local, e));
@@ -694,5 +730,17 @@ mod tests {
             Some(PathBuf::from("/tmp/x"))
         );
         assert_eq!(file_url_path("s3://b/x"), None);
+        assert_eq!(
+            location_of(Path::new("file:///tmp/x")),
+            Location::Local(std::borrow::Cow::Owned(PathBuf::from("/tmp/x")))
+        );
+        assert_eq!(
+            location_of(Path::new("s3://b/x")),
+            Location::Remote("s3://b/x")
+        );
+        assert!(matches!(
+            location_of(Path::new("data/x")),
+            Location::Local(_)
+        ));
     }
 }

@@ -8,7 +8,7 @@
 //! dataset is remote), and code that writes one tells the root it
 //! [`wrote`](DatasetRoot::wrote) it (so the commit uploads it).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::storage::remote::Remote;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -71,28 +71,15 @@ impl DatasetRoot {
     }
 
     /// Opens `rel` for reading, downloading it first when the dataset is
-    /// remote. A missing file is `NotFound` (the caller words it).
+    /// remote (through the disk cache). A missing file is `NotFound` (the
+    /// caller words it).
     pub fn open(&self, rel: &str) -> Result<std::io::Result<std::fs::File>> {
-        let path = self.local.join(rel);
-        let Some(remote) = &self.remote else {
-            return Ok(std::fs::File::open(path));
-        };
-        // The disk cache may evict the copy between its download and the
-        // open (another thread's download made room): fetch once more.
-        for _ in 0..3 {
-            match remote.fetch(rel)? {
-                None => return Ok(Err(std::io::ErrorKind::NotFound.into())),
-                Some(local) => match std::fs::File::open(&local) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    other => return Ok(other),
-                },
-            }
+        match &self.remote {
+            None => Ok(std::fs::File::open(self.local.join(rel))),
+            Some(remote) => Ok(remote
+                .open(rel)?
+                .ok_or_else(|| std::io::ErrorKind::NotFound.into())),
         }
-        Err(Error::Internal(format!(
-            "{}/{rel} was evicted from the disk cache three times while being opened; \
-             raise cache.disk_bytes",
-            remote.url()
-        )))
     }
 
     /// Reads `rel` whole (see [`DatasetRoot::open`]).
@@ -170,7 +157,9 @@ impl RangedFile {
                 if end.is_none_or(|end| end > *len) {
                     return Ok(Err(std::io::ErrorKind::UnexpectedEof.into()));
                 }
-                let bytes = remote.read_range(rel, offset, buf.len() as u64)?;
+                let Some(bytes) = remote.read_range(rel, offset, buf.len() as u64)? else {
+                    return Ok(Err(std::io::ErrorKind::NotFound.into()));
+                };
                 if bytes.len() != buf.len() {
                     return Ok(Err(std::io::ErrorKind::UnexpectedEof.into()));
                 }

@@ -309,3 +309,21 @@ impl OwnMut for shoal::BatchQuery {
         }
     }
 }
+
+/// `(id, distance bits, values)` of every hit of every query: what a
+/// caller sees (row ids are internal and change when rows move).
+pub type Seen = Vec<Vec<(i64, u32, Vec<shoal::ScalarValue>)>>;
+
+/// What `batch` answers on `ds`, as a caller sees it (see [`Seen`]).
+pub fn seen(ds: &Dataset, batch: &shoal::BatchQuery) -> Seen {
+    ds.search_batch(batch)
+        .unwrap()
+        .hits
+        .iter()
+        .map(|hits| {
+            hits.iter()
+                .map(|h| (h.id, h.distance.to_bits(), h.values.clone()))
+                .collect()
+        })
+        .collect()
+}

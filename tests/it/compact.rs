@@ -10,21 +10,6 @@ use shoal::{BatchQuery, Config, Engine, IndexKind, IndexParams, Metric, Query, S
 
 const DIM: usize = 8;
 
-/// `(id, distance bits, values)` of every hit: what a caller sees (row
-/// ids are internal and change when rows move).
-fn seen(ds: &shoal::Dataset, batch: &BatchQuery) -> Vec<Vec<(i64, u32, Vec<shoal::ScalarValue>)>> {
-    ds.search_batch(batch)
-        .unwrap()
-        .hits
-        .iter()
-        .map(|hits| {
-            hits.iter()
-                .map(|h| (h.id, h.distance.to_bits(), h.values.clone()))
-                .collect()
-        })
-        .collect()
-}
-
 fn searches(rows: &[Row]) -> Vec<BatchQuery> {
     let queries: Vec<Vec<f32>> = (0..24)
         .map(|i| rows[i * 37 % rows.len()].vector.clone())

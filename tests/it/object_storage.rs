@@ -79,22 +79,6 @@ impl Backend {
     }
 }
 
-/// `(id, distance bits, values)` of every hit of every query.
-type Seen = Vec<Vec<(i64, u32, Vec<shoal::ScalarValue>)>>;
-
-fn seen(ds: &Dataset, batch: &BatchQuery) -> Seen {
-    ds.search_batch(batch)
-        .unwrap()
-        .hits
-        .iter()
-        .map(|hits| {
-            hits.iter()
-                .map(|h| (h.id, h.distance.to_bits(), h.values.clone()))
-                .collect()
-        })
-        .collect()
-}
-
 fn queries(rows: &[Row]) -> Vec<Vec<f32>> {
     (0..12)
         .map(|i| rows[i * 53 % rows.len()].vector.clone())

@@ -88,22 +88,6 @@ impl Drop for VersionPin {
     }
 }
 
-/// The files a version names (index segments as their directories), by
-/// path inside the dataset.
-fn files_of(m: &Manifest) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for f in &m.fragments {
-        out.insert(format!("{DATA_DIR}/{}", f.file));
-        if let Some(d) = &f.deletion_file {
-            out.insert(format!("{DELETIONS_DIR}/{d}"));
-        }
-    }
-    for s in &m.indices {
-        out.insert(format!("{INDICES_DIR}/{}", s.id));
-    }
-    out
-}
-
 fn size_of(path: &Path) -> u64 {
     if path.is_dir() {
         std::fs::read_dir(path)
@@ -274,7 +258,7 @@ impl Dataset {
             let young = replaced_at > young_after;
             replaced_at = manifest.timestamp_ms;
             if newest.contains(&v) || pinned.contains(&v) || young {
-                kept_files.extend(files_of(&manifest));
+                kept_files.extend(manifest.files());
             } else {
                 removed.push((v, manifest));
             }
@@ -287,7 +271,7 @@ impl Dataset {
             if remove_manifest(&self.root, *v)? {
                 report.versions_removed.push(*v);
             }
-            doomed.extend(files_of(manifest));
+            doomed.extend(manifest.files());
         }
         drop(pins);
         // Versions committed since the listing keep their files too.
@@ -295,7 +279,7 @@ impl Dataset {
         for v in list_versions_as_of(&self.root, true)? {
             if v > newest_listed {
                 match read_manifest(&self.root, v) {
-                    Ok(m) => kept_files.extend(files_of(&m)),
+                    Ok(m) => kept_files.extend(m.files()),
                     Err(Error::VersionNotFound { .. }) => {}
                     Err(e) => return Err(e),
                 }
