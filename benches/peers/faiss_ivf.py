@@ -31,10 +31,13 @@ def load(base, queries, groundtruth, metric):
     """Base and query vectors (normalised for cosine), ground truth, and
     the FAISS metric that scores them."""
     xb, xq, gt = read_fvecs(base), read_fvecs(queries), read_ivecs(groundtruth)
-    if metric == "cosine":
+    if metric.startswith("cosine"):
         faiss.normalize_L2(xb)
         faiss.normalize_L2(xq)
-    mt = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    # FAISS's two forms for cosine: inner product on the normalised vectors
+    # (`cosine`), or L2 on them (`cosine-l2`; the same order for exact
+    # search, not for PQ's reconstructions).
+    mt = faiss.METRIC_L2 if metric in ("l2", "cosine-l2") else faiss.METRIC_INNER_PRODUCT
     return xb, xq, gt, mt
 
 
@@ -53,7 +56,7 @@ def main():
     p.add_argument("--base", required=True)
     p.add_argument("--queries", required=True)
     p.add_argument("--groundtruth", required=True)
-    p.add_argument("--metric", choices=["l2", "cosine", "dot"], default="l2")
+    p.add_argument("--metric", choices=["l2", "cosine", "cosine-l2", "dot"], default="l2")
     p.add_argument("--partitions", type=int, default=256)
     p.add_argument("--sub-vectors", type=int, default=32)
     p.add_argument("--types", default="ivf_flat,ivf_pq,ivf_sq")

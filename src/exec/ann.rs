@@ -149,12 +149,7 @@ pub fn scan_pq_partition(
     test: RowTest<'_>,
     heap: &mut TopK,
 ) -> Result<usize> {
-    let Payload::Pq {
-        codes,
-        row_base,
-        row_base_max,
-    } = &part.payload
-    else {
+    let Payload::Pq { codes, terms } = &part.payload else {
         return Err(Error::Internal(format!("partition {p} holds no PQ codes")));
     };
     let dim = seg.model.dim;
@@ -171,8 +166,7 @@ pub fn scan_pq_partition(
         LookupKernel::detect(),
         codes,
         constant,
-        row_base,
-        *row_base_max,
+        terms,
         &mut sink,
     ))
 }

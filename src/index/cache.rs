@@ -186,8 +186,7 @@ mod tests {
             row_ids: Vec::new(),
             payload: Payload::Pq {
                 codes: crate::kernel::lookup::CodeColumns::from_rows(1, &[]).unwrap(),
-                row_base: Vec::new(),
-                row_base_max: 0.0,
+                terms: Default::default(),
             },
         }
     }

@@ -197,8 +197,9 @@ fn train_model(
         seed: params.seed,
         metric: coarse_metric(metric),
     };
-    let centroid_rows = kmeans::train(sample, dim, &kparams, &mut |i, t| progress("k-means", i, t));
-    let centroids = VectorBlocks::from_rows(dim, &centroid_rows);
+    let mut centroid_rows =
+        kmeans::train(sample, dim, &kparams, &mut |i, t| progress("k-means", i, t));
+    let mut centroids = VectorBlocks::from_rows(dim, &centroid_rows);
     let (pq, sq) = match params.kind {
         IndexKind::IvfFlat => (None, None),
         IndexKind::IvfSq => (
@@ -209,8 +210,19 @@ fn train_model(
             ))),
         ),
         IndexKind::IvfPq { sub_vectors } => {
-            let assigned = kmeans::assign(sample, dim, &centroids, coarse_metric(metric));
+            let mut assigned = kmeans::assign(sample, dim, &centroids, coarse_metric(metric));
             let input = quantizer_input(metric, dim, sample);
+            if metric == Metric::Cosine {
+                // Spherical k-means leaves unit centroids; unit rows spread
+                // around the mean of their partition, which lies inside
+                // the sphere. Residuals to that mean are centred and
+                // smaller, so the shared codebooks spend no codes on the
+                // gap. Same directions: ranking and assignment by cosine
+                // are unchanged but for the last step's moves.
+                centroid_rows = partition_means(&input, dim, &assigned, centroid_rows);
+                centroids = VectorBlocks::from_rows(dim, &centroid_rows);
+                assigned = kmeans::assign(sample, dim, &centroids, coarse_metric(metric));
+            }
             let residuals = residuals_of(&input, dim, &assigned, &centroid_rows);
             let pq = ProductQuantizer::train(
                 &residuals,
@@ -230,6 +242,39 @@ fn train_model(
         pq,
         sq,
     })
+}
+
+/// Each partition's mean of the rows `assigned` to it (`centroids` kept
+/// for a partition without rows, or whose mean is nearly zero, which
+/// cosine could not rank by).
+fn partition_means(
+    rows: &[f32],
+    dim: usize,
+    assigned: &[u32],
+    mut centroids: Vec<f32>,
+) -> Vec<f32> {
+    let k = centroids.len() / dim;
+    let mut sums = vec![0.0f64; k * dim];
+    let mut counts = vec![0usize; k];
+    for (row, &c) in rows.chunks_exact(dim).zip(assigned) {
+        let c = c as usize;
+        counts[c] += 1;
+        for (s, x) in sums[c * dim..(c + 1) * dim].iter_mut().zip(row) {
+            *s += f64::from(*x);
+        }
+    }
+    for (c, count) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
+        let mean: Vec<f64> = sums[c * dim..(c + 1) * dim]
+            .iter()
+            .map(|s| s / *count as f64)
+            .collect();
+        if mean.iter().map(|x| x * x).sum::<f64>() > 1e-8 {
+            for (out, m) in centroids[c * dim..(c + 1) * dim].iter_mut().zip(&mean) {
+                *out = *m as f32;
+            }
+        }
+    }
+    centroids
 }
 
 /// PQ inputs: each row's residual to its partition centroid. (For dot, the
@@ -567,19 +612,10 @@ impl LoadedSegment {
             };
             let mut part =
                 read_partition(&self.path, &self.file, &expected, self.model.sq.as_ref())?;
-            if let (
-                Payload::Pq {
-                    codes,
-                    row_base,
-                    row_base_max,
-                },
-                Some(pq),
-            ) = (&mut part.payload, &self.model.pq)
-            {
+            if let (Payload::Pq { codes, terms }, Some(pq)) = (&mut part.payload, &self.model.pq) {
                 let dim = self.model.dim;
                 let c = &self.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
-                *row_base = pq.row_bases(self.meta.metric, c, codes);
-                *row_base_max = row_base.iter().fold(0.0f32, |a, b| a.max(b.abs()));
+                *terms = pq.row_terms(self.meta.metric, c, codes);
             }
             Ok((part, entry.len))
         })

@@ -22,6 +22,7 @@
 //! corruption before any garbage could be scored.
 
 use crate::error::{Error, Result};
+use crate::index::pq::RowTerms;
 use crate::index::sq::ScalarQuantizer;
 use crate::kernel::lookup::CodeColumns;
 use crate::kernel::{fma_dot, CodeBlocks, Lanes, VectorBlocks, BLOCK};
@@ -54,12 +55,10 @@ pub enum Payload {
     Pq {
         /// The codes.
         codes: CodeColumns,
-        /// The query-independent part of each row's distance (see
-        /// [`ProductQuantizer::row_bases`](crate::index::pq::ProductQuantizer::row_bases)),
+        /// What each row adds to a query's table sum (see
+        /// [`ProductQuantizer::row_terms`](crate::index::pq::ProductQuantizer::row_terms)),
         /// computed when the partition is loaded.
-        row_base: Vec<f32>,
-        /// The largest `|row_base|`, for the screen's rounding slack.
-        row_base_max: f32,
+        terms: RowTerms,
     },
 }
 
@@ -89,9 +88,7 @@ impl Partition {
             + match &self.payload {
                 Payload::Flat(v) => v.size_bytes(),
                 Payload::Sq { codes, .. } => codes.size_bytes(),
-                Payload::Pq {
-                    codes, row_base, ..
-                } => codes.size_bytes() + row_base.len() * 4,
+                Payload::Pq { codes, terms } => codes.size_bytes() + terms.size_bytes(),
             }
             + 64
     }
@@ -577,8 +574,7 @@ pub fn read_partition(
             Payload::Pq {
                 codes: CodeColumns::from_rows(code_len, &rest[..rows * code_len])
                     .ok_or_else(|| corrupt("sizes".into()))?,
-                row_base: Vec::new(),
-                row_base_max: 0.0,
+                terms: RowTerms::default(),
             }
         }
     };

@@ -111,13 +111,20 @@ impl ProductQuantizer {
 
     /// The query's table, `m × 256`, computed once per query and segment:
     /// `−q_s · y` for dot and cosine, `−2 q_s · y` for l2. With
-    /// [`row_bases`](Self::row_bases) and [`query_constant`](Self::query_constant)
+    /// [`row_terms`](Self::row_terms) and [`query_constant`](Self::query_constant)
     /// it gives ADC distances without a table per (query, partition) —
     /// FAISS's "precomputed tables":
     ///
     /// * l2: `‖q − c − y‖² = ‖q − c‖² + Σ_s (‖y_s‖² + 2 c_s·y_s) + Σ_s (−2 q_s·y_s)`
     /// * dot: `−q·(c + y) = −q·c + Σ_s (−q_s·y_s)`
-    /// * cosine: `1 − q̂·(c + y)`, as dot plus one.
+    /// * cosine: the cosine distance to the reconstruction itself,
+    ///   `1 − q̂·(c + y) / ‖c + y‖`: the dot sum, divided by the row's
+    ///   reconstruction norm (kept per row), plus one
+    ///   ([`cosine_distance`]). Dividing by the norm counts how far the
+    ///   reconstruction strays from the unit sphere, which the plain inner
+    ///   product ignores and L2 on normalised vectors counts only half
+    ///   way; it beats both on real and synthetic embeddings (see
+    ///   `docs/decisions/0018-cosine-pq-normalised-reconstruction.md`).
     pub fn query_table(&self, metric: Metric, q: &[f32], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         if crate::kernel::Kernel::detect() == crate::kernel::Kernel::Avx512 {
@@ -168,12 +175,14 @@ impl ProductQuantizer {
         }
     }
 
-    /// The query-independent part of each row's distance in the partition
-    /// with centroid `c`: `Σ_s (‖y_s‖² + 2 c_s·y_s)` for l2, zero otherwise.
-    pub fn row_bases(&self, metric: Metric, c: &[f32], codes: &CodeColumns) -> Vec<f32> {
+    /// What each row of the partition with centroid `c` adds to a query's
+    /// table sum, computed once when the partition is loaded: for l2 the
+    /// query-independent part `Σ_s (‖y_s‖² + 2 c_s·y_s)`; for cosine the
+    /// norm of each row's reconstruction, `‖c + y‖`; nothing for dot.
+    pub fn row_terms(&self, metric: Metric, c: &[f32], codes: &CodeColumns) -> RowTerms {
         let rows = codes.len();
-        if metric != Metric::L2 {
-            return vec![0.0; rows];
+        if metric == Metric::Dot {
+            return RowTerms::zero(rows);
         }
         let dsub = self.dsub();
         let mut table = vec![0.0f32; self.m * CODES];
@@ -187,18 +196,34 @@ impl ProductQuantizer {
                 }
             }
         }
-        (0..rows)
-            .map(|r| score_in_block(&table, codes.block(r / LOOKUP_ROWS), r % LOOKUP_ROWS, 0.0))
-            .collect()
+        let sums = (0..rows)
+            .map(|r| score_in_block(&table, codes.block(r / LOOKUP_ROWS), r % LOOKUP_ROWS, 0.0));
+        if metric == Metric::L2 {
+            let base: Vec<f32> = sums.collect();
+            let base_max = base.iter().fold(0.0f32, |a, b| a.max(b.abs()));
+            return RowTerms {
+                base,
+                base_max,
+                ..RowTerms::zero(0)
+            };
+        }
+        // ‖c + y‖² = ‖c‖² + Σ_s (‖y_s‖² + 2 c_s·y_s); rounding may take a
+        // (near) zero reconstruction below zero.
+        let c_norm_sq = lane_sum(c, c, |a, b| a * b);
+        let norm: Vec<f32> = sums.map(|s| (c_norm_sq + s).max(0.0).sqrt()).collect();
+        RowTerms {
+            norm_max: norm.iter().fold(0.0f32, |a, b| a.max(*b)),
+            norm,
+            ..RowTerms::zero(rows)
+        }
     }
 
-    /// The (query, partition) constant: `‖q − c‖²` for l2, `−q·c` for dot,
-    /// `1 − q̂·c` for cosine.
+    /// The (query, partition) constant: `‖q − c‖²` for l2, `−q·c` for dot
+    /// and cosine (whose sum [`cosine_distance`] then finishes).
     pub fn query_constant(metric: Metric, q: &[f32], c: &[f32]) -> f32 {
         match metric {
             Metric::L2 => lane_sum(q, c, |a, b| (a - b) * (a - b)),
-            Metric::Dot => -lane_sum(q, c, |a, b| a * b),
-            Metric::Cosine => 1.0 - lane_sum(q, c, |a, b| a * b),
+            Metric::Dot | Metric::Cosine => -lane_sum(q, c, |a, b| a * b),
         }
     }
 
@@ -210,6 +235,52 @@ impl ProductQuantizer {
             acc += table[s * CODES + *c as usize];
         }
         acc
+    }
+}
+
+/// Per-row terms of a PQ partition's distances (see
+/// [`ProductQuantizer::row_terms`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RowTerms {
+    /// Added to every row's table sum (l2); zeros otherwise.
+    pub base: Vec<f32>,
+    /// The largest `|base|`, for the screen's rounding slack.
+    pub base_max: f32,
+    /// Cosine: each row's reconstruction norm `‖c + y‖`, which the table
+    /// sum is divided by ([`cosine_distance`]); empty for l2 and dot.
+    pub norm: Vec<f32>,
+    /// At least every `norm`, for the screen's rounding slack (a smaller
+    /// value would break the screen's promise).
+    pub norm_max: f32,
+}
+
+impl RowTerms {
+    /// Terms that add nothing, for `rows` rows.
+    pub fn zero(rows: usize) -> RowTerms {
+        RowTerms {
+            base: vec![0.0; rows],
+            base_max: 0.0,
+            norm: Vec::new(),
+            norm_max: 0.0,
+        }
+    }
+
+    /// Bytes held (the partition cache's weight).
+    pub fn size_bytes(&self) -> usize {
+        (self.base.len() + self.norm.len()) * 4
+    }
+}
+
+/// A cosine PQ row's distance from its table sum `s = −q̂·(c + y)` and
+/// reconstruction norm: `1 + s / norm`, the cosine distance between the
+/// query and the reconstruction; 1 (no similarity) for a reconstruction of
+/// norm zero, as for an exact zero vector.
+#[inline]
+pub fn cosine_distance(s: f32, norm: f32) -> f32 {
+    if norm > 0.0 {
+        1.0 + s / norm
+    } else {
+        1.0
     }
 }
 
@@ -258,29 +329,30 @@ pub trait ScanSink {
 }
 
 /// One query's scan of a partition's codes: ADC distance
-/// `score(table, code, constant + row_base[r])` for every row the sink
-/// could take. With a quantized `screen` of `table`, each block of 64 rows
-/// first gets a lower bound per row from the level sums
+/// `score(table, code, constant + terms.base[r])` for every row the sink
+/// could take, finished by [`cosine_distance`] where `terms` hold
+/// reconstruction norms. With a quantized `screen` of `table`, each block
+/// of 64 rows first gets a lower bound per row from the level sums
 /// ([`crate::kernel::lookup`]); rows whose bound is above the sink's
 /// threshold by more than the rounding slack cannot enter and are not
 /// scored. The sink receives exactly the rows (and float distances) that
 /// scoring every row would give it; returns how many rows were scored.
-/// `row_base_max` must be at least every `|row_base[r]|` (the slack is
+/// `terms.base_max` must be at least every `|terms.base[r]|` (the slack is
 /// sized from it; a smaller value would break that promise).
-#[allow(clippy::too_many_arguments)]
 pub fn scan_codes(
     table: &[f32],
     screen: Option<&LookupTable>,
     kernel: LookupKernel,
     codes: &CodeColumns,
     constant: f32,
-    row_base: &[f32],
-    row_base_max: f32,
+    terms: &RowTerms,
     sink: &mut impl ScanSink,
 ) -> usize {
     let rows = codes.len();
+    let cosine = !terms.norm.is_empty();
     let mut sums = [0u16; LOOKUP_ROWS];
-    let slack = screen.map_or(0.0, |l| l.slack(constant.abs() + row_base_max));
+    let mut shifts = [0.0f32; LOOKUP_ROWS];
+    let slack = screen.map_or(0.0, |l| l.slack(constant.abs() + terms.base_max));
     // A row is skipped when its bound is above `t + slack + 4u|t|` (the
     // last term covers rounding the sum `t + slack`).
     let limit_of = |t: f32| t + (slack + 2.0 * f32::EPSILON * t.abs());
@@ -289,12 +361,26 @@ pub fn scan_codes(
         let block = codes.block(b);
         let first = b * LOOKUP_ROWS;
         let in_block = (rows - first).min(LOOKUP_ROWS);
-        let bases = &row_base[first..first + in_block];
+        let bases = &terms.base[first..first + in_block];
         // Rows the screen cannot rule out, by bit; all of them until the
         // sink has a threshold. The limit is the threshold when the block
         // starts; rows scored here may lower it, which only the exact
         // compare below then sees.
         let mut candidates = match (screen, sink.threshold()) {
+            (Some(lut), Some(t)) if cosine => {
+                // `1 + s/n ≤ t` ⟺ `s + shift ≤ 0`: the bound of `s` is
+                // screened against zero with each row's shift as its base.
+                block_sums(kernel, lut, codes, b, &mut sums);
+                let shifts = &mut shifts[..in_block];
+                let shift_max = cosine_shifts(
+                    t,
+                    &terms.norm[first..first + in_block],
+                    terms.norm_max,
+                    shifts,
+                );
+                let slack = lut.slack(constant.abs() + shift_max);
+                block_candidates(kernel, lut, &sums, constant, shifts, slack)
+            }
             (Some(lut), Some(t)) => {
                 block_sums(kernel, lut, codes, b, &mut sums);
                 block_candidates(kernel, lut, &sums, constant, bases, limit_of(t))
@@ -308,7 +394,12 @@ pub fn scan_codes(
             if !sink.allows(r) {
                 continue;
             }
-            let d = score_in_block(table, block, i, constant + bases[i]);
+            let sum = score_in_block(table, block, i, constant + bases[i]);
+            let d = if cosine {
+                cosine_distance(sum, terms.norm[r])
+            } else {
+                sum
+            };
             scored += 1;
             if sink.threshold().is_none_or(|t| d.total_cmp(&t).is_le()) {
                 sink.offer(r, d);
@@ -316,6 +407,27 @@ pub fn scan_codes(
         }
     }
     scored
+}
+
+/// The screen's per-row addends for cosine rows under threshold `t`: a row
+/// of reconstruction norm `n` can enter only if `1 + s/n ≤ t`, that is
+/// `s − (t − 1)·n ≤ 0`, so its shift is `−(t − 1 + μ)·n`. The margin
+/// `μ = 16u(|t| + 2)` (`u = 2⁻²⁴`) covers the roundings of the shift (two:
+/// `t − 1 + μ` to f32, the product), the division and the final addition:
+/// a row whose bound the screen puts above zero has a float distance above
+/// `t`. A row of norm zero (distance exactly 1) gets a shift that keeps it
+/// (`t ≥ 1`) or skips it. Returns a bound of every finite `|shift|` (from
+/// `norm_max`, at least every norm), for the slack.
+fn cosine_shifts(t: f32, norms: &[f32], norm_max: f32, out: &mut [f32]) -> f32 {
+    const FAR: f32 = 1e30;
+    let u = f64::from(f32::EPSILON) / 2.0;
+    let a = ((f64::from(t) - 1.0) + 16.0 * u * (f64::from(t).abs() + 2.0)) as f32;
+    let zero_norm = if t >= 1.0 { -FAR } else { FAR };
+    // One multiply and a select per row: vectorised.
+    for (o, &n) in out.iter_mut().zip(norms) {
+        *o = if n > 0.0 { -(a * n) } else { zero_norm };
+    }
+    a.abs() * norm_max * (1.0 + 2.0 * f32::EPSILON)
 }
 
 #[cfg(test)]
@@ -338,8 +450,8 @@ mod tests {
             let constant = ProductQuantizer::query_constant(metric, &q, &c);
             for r in data.chunks(dim).take(200) {
                 pq.encode(r, &mut code);
-                let base = pq.row_bases(metric, &c, &CodeColumns::from_rows(4, &code).unwrap())[0];
-                let adc = ProductQuantizer::score(&table, &code, constant + base) as f64;
+                let terms = pq.row_terms(metric, &c, &CodeColumns::from_rows(4, &code).unwrap());
+                let adc = adc_of(&table, &code, constant, &terms, 0) as f64;
                 let x: Vec<f64> = pq
                     .decode(&code)
                     .iter()
@@ -347,16 +459,27 @@ mod tests {
                     .map(|(y, c)| (*y + *c) as f64)
                     .collect();
                 let qx: f64 = q.iter().zip(&x).map(|(a, b)| *a as f64 * b).sum();
+                let x_norm = x.iter().map(|v| v * v).sum::<f64>().sqrt();
                 let direct = match metric {
                     Metric::L2 => q.iter().zip(&x).map(|(a, b)| (*a as f64 - b).powi(2)).sum(),
                     Metric::Dot => -qx,
-                    Metric::Cosine => 1.0 - qx,
+                    Metric::Cosine => 1.0 - qx / x_norm,
                 };
                 assert!(
                     (adc - direct).abs() <= 1e-4 * (1.0 + direct.abs()),
                     "{metric}: {adc} vs {direct}"
                 );
             }
+        }
+    }
+
+    /// Row `r`'s distance, scored alone: its table sum from the row's base,
+    /// finished for cosine.
+    fn adc_of(table: &[f32], code: &[u8], constant: f32, terms: &RowTerms, r: usize) -> f32 {
+        let sum = ProductQuantizer::score(table, code, constant + terms.base[r]);
+        match terms.norm.get(r) {
+            Some(&n) => cosine_distance(sum, n),
+            None => sum,
         }
     }
 
@@ -412,53 +535,62 @@ mod tests {
         let n = codes.len();
         let refusals: [fn(usize) -> bool; 2] = [|_| false, |r| r % 3 == 1];
         for metric in [Metric::L2, Metric::Dot, Metric::Cosine] {
-            let base = pq.row_bases(metric, &c, &codes);
-            let base_max = base.iter().fold(0.0f32, |a, b| a.max(b.abs()));
-            for (qi, q) in clustered_vectors(6, dim, 12, 9).chunks(dim).enumerate() {
-                let mut table = vec![0.0; m * CODES];
-                pq.query_table(metric, q, &mut table);
-                let constant = ProductQuantizer::query_constant(metric, q, &c);
-                let lut = LookupTable::quantize(&table, m).unwrap();
-                for k in [1, 10, 100, n + 5] {
-                    for refused in refusals {
-                        let mut want: Vec<(f32, usize)> = (0..n)
-                            .filter(|&r| !refused(r))
-                            .map(|r| {
-                                (
-                                    ProductQuantizer::score(
-                                        &table,
-                                        &codes.row(r),
-                                        constant + base[r],
-                                    ),
-                                    r,
-                                )
-                            })
-                            .collect();
-                        want.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                        want.truncate(k);
-                        for kernel in LookupKernel::available() {
-                            for screen in [None, Some(&lut)] {
-                                let mut sink = Best {
-                                    k,
-                                    kept: Vec::new(),
-                                    refused,
-                                };
-                                let scored = scan_codes(
-                                    &table, screen, kernel, &codes, constant, &base, base_max,
-                                    &mut sink,
-                                );
-                                let bits = |v: &[(f32, usize)]| {
-                                    v.iter().map(|(d, r)| (d.to_bits(), *r)).collect::<Vec<_>>()
-                                };
-                                assert_eq!(
-                                    bits(&sink.kept),
-                                    bits(&want),
-                                    "{metric} query {qi} k {k} {kernel:?} screen {}",
-                                    screen.is_some()
-                                );
-                                if screen.is_some() && k == 10 && qi == 0 {
-                                    // The screen must actually skip rows.
-                                    assert!(scored < n / 2, "{metric}: scored {scored} of {n}");
+            let mut term_sets = vec![pq.row_terms(metric, &c, &codes)];
+            if metric == Metric::Cosine {
+                // Norms the codes cannot give: zero (distance exactly 1,
+                // kept or skipped by the threshold's side of 1) and far
+                // apart within a block.
+                let mut odd = term_sets[0].clone();
+                for (r, n) in odd.norm.iter_mut().enumerate() {
+                    if r % 7 == 3 {
+                        *n = 0.0;
+                    } else if r % 11 == 5 {
+                        *n *= 3.0;
+                    }
+                }
+                odd.norm_max = odd.norm.iter().fold(0.0f32, |a, b| a.max(*b));
+                term_sets.push(odd);
+            }
+            for (ti, terms) in term_sets.iter().enumerate() {
+                for (qi, q) in clustered_vectors(6, dim, 12, 9).chunks(dim).enumerate() {
+                    let mut table = vec![0.0; m * CODES];
+                    pq.query_table(metric, q, &mut table);
+                    let constant = ProductQuantizer::query_constant(metric, q, &c);
+                    let lut = LookupTable::quantize(&table, m).unwrap();
+                    for k in [1, 10, 100, n + 5] {
+                        for refused in refusals {
+                            let mut want: Vec<(f32, usize)> = (0..n)
+                                .filter(|&r| !refused(r))
+                                .map(|r| (adc_of(&table, &codes.row(r), constant, terms, r), r))
+                                .collect();
+                            want.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                            want.truncate(k);
+                            for kernel in LookupKernel::available() {
+                                for screen in [None, Some(&lut)] {
+                                    let mut sink = Best {
+                                        k,
+                                        kept: Vec::new(),
+                                        refused,
+                                    };
+                                    let scored = scan_codes(
+                                        &table, screen, kernel, &codes, constant, terms, &mut sink,
+                                    );
+                                    let bits = |v: &[(f32, usize)]| {
+                                        v.iter().map(|(d, r)| (d.to_bits(), *r)).collect::<Vec<_>>()
+                                    };
+                                    assert_eq!(
+                                        bits(&sink.kept),
+                                        bits(&want),
+                                        "{metric} terms {ti} query {qi} k {k} {kernel:?} screen {}",
+                                        screen.is_some()
+                                    );
+                                    if screen.is_some() && k == 10 && qi == 0 {
+                                        // The screen must actually skip rows.
+                                        assert!(
+                                            scored < n / 2,
+                                            "{metric} terms {ti}: scored {scored} of {n}"
+                                        );
+                                    }
                                 }
                             }
                         }

@@ -44,10 +44,11 @@ fn read_fvecs(path: &std::path::Path) -> (usize, Vec<f32>) {
 }
 
 /// The bar: cosine IVF_PQ (256 partitions, m = 48, nprobes 16)
-/// within 0.005 of FAISS's recall@10 on this set (FAISS 1.15.1
-/// `IndexIVFPQ`, inner-product ADC: 0.674; shoal measured 0.674), against
-/// shoal's own exact search; the shared scan and the single-query path
-/// agree on every hit.
+/// at least FAISS's best form − 0.005 on this set (FAISS 1.15.1
+/// `IndexIVFPQ`: inner-product ADC 0.674, L2 on normalised vectors 0.664);
+/// shoal measured 0.717 with the normalised reconstruction (decision 0018),
+/// and the floor, 0.705, keeps that gain. Against shoal's own exact
+/// search; the shared scan and the single-query path agree on every hit.
 #[test]
 #[ignore = "needs minilm-gcide under $SHOAL_DATA_DIR; .ci/run runs it where the data is"]
 fn cosine_ivf_pq_recall_on_minilm_gcide_meets_the_floor() {
@@ -85,7 +86,7 @@ fn cosine_ivf_pq_recall_on_minilm_gcide_meets_the_floor() {
         }
         let recall = hit as f64 / (10 * qs.len()) as f64;
         eprintln!("minilm-gcide cosine ivf_pq m 48 nprobes 16 {mode:?}: recall@10 {recall:.3}");
-        assert!(recall >= 0.669, "{mode:?}: recall@10 {recall:.3} < 0.669");
+        assert!(recall >= 0.705, "{mode:?}: recall@10 {recall:.3} < 0.705");
         hits_of.push(
             got.hits
                 .iter()
