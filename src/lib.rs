@@ -70,8 +70,8 @@ pub use object_store;
 pub use cancel::CancelToken;
 pub use config::Config;
 pub use db::{
-    Cleanup, Commit, Dataset, IntoRecordBatch, RowValues, Session, StagedCommit, VersionInfo,
-    ORPHAN_MIN_AGE,
+    Cleanup, Commit, Dataset, IntoRecordBatch, RowValues, Session, Split, StagedCommit,
+    VersionInfo, ORPHAN_MIN_AGE,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use exec::{Profile, ScanPool};
@@ -79,8 +79,8 @@ pub use index::{IndexKind, IndexParams, IndexSegmentMeta};
 pub use kernel::Metric;
 pub use progress::Progress;
 pub use query::{
-    BatchInfo, BatchQuery, FilterMode, Hit, Nprobes, PerQuery, PerQueryParams, Query, ScalarValue,
-    SearchMode, SearchResponse, SearchResults, SharedParams,
+    merge_split_hits, BatchInfo, BatchQuery, FilterMode, Hit, Nprobes, PerQuery, PerQueryParams,
+    Query, ScalarValue, SearchMode, SearchResponse, SearchResults, SharedParams,
 };
 pub use serve::{
     BlockingDataset, BlockingEngine, DatasetHandle, Engine, EngineStats, HistogramSnapshot,

@@ -47,6 +47,16 @@ pub struct IndexView<'a> {
     pub cancel: &'a CancelToken,
     /// The session's cache of filter results.
     pub filters: &'a FilterCache,
+    /// The fragment ids a split search is limited to (sorted); `None`
+    /// searches the whole snapshot.
+    pub split: Option<&'a [u32]>,
+}
+
+impl IndexView<'_> {
+    /// Is fragment `id` searched (in the split, or no split)?
+    pub fn searches_fragment(&self, id: u32) -> bool {
+        self.split.is_none_or(|s| s.binary_search(&id).is_ok())
+    }
 }
 
 /// For each query (rows of `queries`, prepared for the index's metric), the
@@ -345,10 +355,11 @@ pub fn unindexed(view: &IndexView<'_>) -> Vec<usize> {
         .iter()
         .enumerate()
         .filter(|(_, f)| {
-            !view
-                .segments
-                .iter()
-                .any(|s| s.meta.fragments.contains(&f.meta.id))
+            view.searches_fragment(f.meta.id)
+                && !view
+                    .segments
+                    .iter()
+                    .any(|s| s.meta.fragments.contains(&f.meta.id))
         })
         .map(|(i, _)| i)
         .collect()

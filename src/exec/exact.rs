@@ -94,7 +94,9 @@ pub fn search(
     batch: &ValidatedBatch,
     admission: &Admission<'_>,
 ) -> Result<Vec<Vec<Candidate>>> {
-    let all: Vec<usize> = (0..view.fragments.len()).collect();
+    let all: Vec<usize> = (0..view.fragments.len())
+        .filter(|&i| view.searches_fragment(view.fragments[i].meta.id))
+        .collect();
     let (items, mask_of) = items(admission, view.fragments, &all, batch)?;
     let heaps = scan(
         &items,

@@ -263,6 +263,10 @@ pub struct Admission<'a> {
     slot: Vec<usize>,
     /// Per fragment: its rows and the offsets deleted in this version.
     visible: Vec<(usize, Option<Arc<roaring::RoaringBitmap>>)>,
+    /// Per fragment: searched (in the split, or no split). Kept apart from
+    /// `slot` and `visible`, which filter results are evaluated and cached
+    /// by: a split hides rows, it never changes what a filter says.
+    searched: Vec<bool>,
     filters: &'a [Filter],
     /// Each filter's normal form and its hash, made once per batch.
     names: Vec<(Arc<str>, u64)>,
@@ -289,13 +293,14 @@ impl<'a> Admission<'a> {
         for (i, f) in fragments.iter().enumerate() {
             slot[f.meta.id as usize] = i;
         }
-        let visible = fragments
+        let visible: Vec<(usize, Option<Arc<roaring::RoaringBitmap>>)> = fragments
             .iter()
             .map(|f| (f.rows(), f.deleted.clone()))
             .collect();
         Admission {
             fragments,
             slot,
+            searched: vec![true; visible.len()],
             visible,
             filters: &batch.filters,
             names: batch
@@ -313,11 +318,20 @@ impl<'a> Admission<'a> {
         }
     }
 
-    /// Is `row_id` a row of the snapshot that is not deleted?
+    /// The same view, hiding every row outside the fragments `split`.
+    pub fn within(mut self, split: &[u32]) -> Self {
+        for (searched, f) in self.searched.iter_mut().zip(self.fragments) {
+            *searched = split.contains(&f.meta.id);
+        }
+        self
+    }
+
+    /// Is `row_id` a row of the snapshot (of the split, if any) that is not
+    /// deleted?
     #[inline(always)]
     pub fn visible(&self, row_id: u64) -> bool {
         match self.slot.get((row_id >> 32) as usize) {
-            Some(&i) if i != usize::MAX => {
+            Some(&i) if i != usize::MAX && self.searched[i] => {
                 let (rows, deleted) = &self.visible[i];
                 let offset = (row_id & 0xffff_ffff) as u32;
                 (offset as usize) < *rows && !deleted.as_ref().is_some_and(|d| d.contains(offset))

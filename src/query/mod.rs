@@ -11,5 +11,5 @@ pub(crate) use request::ValidatedBatch;
 pub use request::{
     BatchQuery, FilterMode, Nprobes, PerQuery, PerQueryParams, Query, SearchMode, SharedParams,
 };
-pub use results::{BatchInfo, Hit, ScalarValue, SearchResponse, SearchResults};
+pub use results::{merge_split_hits, BatchInfo, Hit, ScalarValue, SearchResponse, SearchResults};
 pub(crate) use topk::{Candidate, TopK};

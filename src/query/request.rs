@@ -151,6 +151,16 @@ pub struct SharedParams {
     /// Skip the exact scan of fragments no index segment covers yet.
     #[serde(default)]
     pub fast_search: bool,
+    /// Search only these fragments of the snapshot, by id: a *split*
+    /// (see [`Dataset::splits`](crate::Dataset::splits)). A query then
+    /// returns its best `k + offset` rows among them, the offset not
+    /// applied, so that results of disjoint splits merged per query
+    /// ([`merge_split_hits`](crate::merge_split_hits)) equal the whole
+    /// snapshot's search, ties included. Refused with options whose
+    /// answer depends on rows outside the split: postfilter, adaptive
+    /// nprobes, refine.
+    #[serde(default)]
+    pub split: Option<Vec<u32>>,
 }
 
 fn yes() -> bool {
@@ -166,6 +176,7 @@ impl Default for SharedParams {
             mode: SearchMode::Auto,
             use_index: true,
             fast_search: false,
+            split: None,
         }
     }
 }
@@ -262,6 +273,13 @@ macro_rules! shared_builders {
             /// Skips the exact scan of fragments no index covers yet.
             pub fn fast_search(mut self) -> Self {
                 self.shared.fast_search = true;
+                self
+            }
+
+            /// Searches only the fragments `ids` (a split, see
+            /// [`SharedParams::split`]).
+            pub fn split(mut self, ids: impl IntoIterator<Item = u32>) -> Self {
+                self.shared.split = Some(ids.into_iter().collect());
                 self
             }
 
@@ -461,6 +479,40 @@ impl BatchQuery {
     }
 }
 
+/// Checks a split search's queries and turns each one's `k` and `offset`
+/// into `k + offset` rows with no offset (the merge pages); returns the
+/// split's fragment ids, sorted and distinct.
+fn scope_to_split(ids: &[u32], specs: &mut [QuerySpec]) -> Result<Vec<u32>> {
+    if ids.is_empty() {
+        return Err(Error::InvalidArgument(
+            "a split names at least one fragment".into(),
+        ));
+    }
+    for (qi, spec) in specs.iter_mut().enumerate() {
+        let refused = if spec.filter_mode == FilterMode::Postfilter {
+            Some("postfilter")
+        } else if matches!(spec.nprobes, Nprobes::Adaptive { .. }) {
+            Some("adaptive nprobes")
+        } else if spec.refine_factor.is_some() {
+            Some("refine")
+        } else {
+            None
+        };
+        if let Some(option) = refused {
+            return Err(Error::InvalidArgument(format!(
+                "query {qi}: {option} cannot be used in a split search (its rows depend on \
+                 rows outside the split, so merged splits would differ from the whole search)"
+            )));
+        }
+        spec.k += spec.offset;
+        spec.offset = 0;
+    }
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
 /// One validated query's own choices.
 #[derive(Clone, Debug)]
 pub struct QuerySpec {
@@ -501,6 +553,10 @@ pub struct ValidatedBatch {
     pub use_index: bool,
     /// Skip the exact scan of fragments no index covers yet.
     pub fast_search: bool,
+    /// The fragments searched (sorted, distinct), when the search is
+    /// scoped to a split; each spec's `k` is then its `k + offset` and
+    /// its offset zero.
+    pub split: Option<Vec<u32>>,
 }
 
 impl ValidatedBatch {
@@ -637,6 +693,10 @@ impl ValidatedBatch {
             }
             flat.extend_from_slice(v);
         }
+        let split = match &shared.split {
+            None => None,
+            Some(ids) => Some(scope_to_split(ids, &mut specs)?),
+        };
         Ok(ValidatedBatch {
             column: column.to_string(),
             dim,
@@ -647,6 +707,7 @@ impl ValidatedBatch {
             mode: shared.mode,
             use_index: shared.use_index,
             fast_search: shared.fast_search,
+            split,
         })
     }
 
@@ -715,6 +776,7 @@ impl ValidatedBatch {
             mode: self.mode,
             use_index: self.use_index,
             fast_search: self.fast_search,
+            split: self.split.clone(),
         }
     }
 }

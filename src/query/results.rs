@@ -34,6 +34,36 @@ pub struct Hit {
     pub values: Vec<ScalarValue>,
 }
 
+/// Merges the hits of split searches ([`SharedParams::split`](crate::SharedParams::split))
+/// per query: `parts[s][i]` are split `s`'s rows for query `i` (its best
+/// `k + offset`, as a split search returns them). Each query gets the best
+/// rows of all splits by (distance, row id) — the order every search
+/// ranks by, ties to the lower row id — with its `offset` skipped and at
+/// most `k` kept: for disjoint splits covering the snapshot, exactly what
+/// searching the whole snapshot returns. `k` and `offset` are per query,
+/// as in the split searches; a part with fewer queries adds nothing to
+/// the queries it lacks.
+pub fn merge_split_hits(parts: Vec<Vec<Vec<Hit>>>, k: &[usize], offset: &[usize]) -> Vec<Vec<Hit>> {
+    let queries = k.len();
+    let mut merged: Vec<Vec<Hit>> = (0..queries).map(|_| Vec::new()).collect();
+    for part in parts {
+        for (qi, hits) in part.into_iter().enumerate().take(queries) {
+            merged[qi].extend(hits);
+        }
+    }
+    for (qi, hits) in merged.iter_mut().enumerate() {
+        hits.sort_by(|a, b| {
+            a.distance
+                .total_cmp(&b.distance)
+                .then(a.row_id.cmp(&b.row_id))
+        });
+        let skip = offset.get(qi).copied().unwrap_or(0).min(hits.len());
+        hits.drain(..skip);
+        hits.truncate(k[qi]);
+    }
+    merged
+}
+
 /// The answer to a batch: `hits[i]` belongs to query `i`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SearchResults {

@@ -18,4 +18,5 @@ mod real_data;
 mod retention;
 mod session;
 mod shared;
+mod splits;
 mod storage;

@@ -10,9 +10,11 @@
 mod index;
 mod retention;
 mod search;
+mod splits;
 mod write;
 
 pub use retention::{Cleanup, ORPHAN_MIN_AGE};
+pub use splits::Split;
 pub use write::{IntoRecordBatch, StagedCommit};
 
 use crate::config::Config;

@@ -4,7 +4,7 @@
 
 use super::Dataset;
 use crate::cancel::CancelToken;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec;
 use crate::exec::Profile;
 use crate::query::{
@@ -63,11 +63,29 @@ impl Dataset {
             .any(|m| m.column == validated.column);
         // An exact search never opens the index: damaged index files must
         // not stop it.
-        let segments = if validated.mode == SearchMode::Exact || !validated.use_index {
+        let mut segments = if validated.mode == SearchMode::Exact || !validated.use_index {
             Vec::new()
         } else {
             snapshot.segments(&validated.column)?
         };
+        if let Some(split) = &validated.split {
+            if let Some(id) = split
+                .iter()
+                .find(|id| !fragments.iter().any(|f| f.meta.id == **id))
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "fragment {id} is not in version {} (see Dataset::splits)",
+                    snapshot.version()
+                )));
+            }
+            // A segment with no fragment in the split has no row to give.
+            segments.retain(|s| {
+                s.meta
+                    .fragments
+                    .iter()
+                    .any(|f| split.binary_search(f).is_ok())
+            });
+        }
         let view = exec::ann::IndexView {
             fragments: &fragments,
             indexed,
@@ -77,6 +95,7 @@ impl Dataset {
             pool: self.session.pool(),
             cancel,
             filters: self.session.filter_cache(),
+            split: validated.split.as_deref(),
         };
         let (candidates, mut profile) = exec::plan::execute(&view, &validated)?;
         cancel.check()?;
