@@ -113,38 +113,76 @@ const char *shoal_last_error(void);
 
 // Opens a session. `config_toml` is the text of a shoal TOML config
 // (`config/default.toml` lists every key), or null for the defaults.
+//
+// # Safety
+//
+// `config_toml` is null or a NUL-terminated string; `out` is null or
+// points to writable memory.
 enum ShoalStatus shoal_session_open(const char *config_toml, struct ShoalSession **out);
 
 // Closes a session (null is ignored). Datasets opened in it stay usable
 // until they are closed themselves.
+//
+// # Safety
+//
+// `session` is null or a handle from [`shoal_session_open`] not closed
+// before.
 void shoal_session_close(struct ShoalSession *session);
 
 // Opens the dataset at `uri` (a path, or a `file://`, `memory://`,
 // `s3://`, `gs://` or `az://` URL) pinned to `version`, or to the latest
 // version when `version` is negative.
+//
+// # Safety
+//
+// `session` is null or a live session; `uri` is null or a NUL-terminated
+// string; `out` is null or points to writable memory.
 enum ShoalStatus shoal_dataset_open(const struct ShoalSession *session,
                                     const char *uri,
                                     int64_t version,
                                     struct ShoalDataset **out);
 
 // Closes a dataset (null is ignored).
+//
+// # Safety
+//
+// `dataset` is null or a handle from [`shoal_dataset_open`] not closed
+// before.
 void shoal_dataset_close(struct ShoalDataset *dataset);
 
 // The pinned version number (0 for a null dataset).
+//
+// # Safety
+//
+// `dataset` is null or a live dataset.
 uint64_t shoal_dataset_version(const struct ShoalDataset *dataset);
 
 // Rows in the pinned version that are not deleted (0 for a null dataset).
+//
+// # Safety
+//
+// `dataset` is null or a live dataset.
 uint64_t shoal_dataset_count_rows(const struct ShoalDataset *dataset);
 
 // The pinned version's splits for vector column `column` (null: the only
 // vector column): disjoint, covering every fragment. Searching each one
 // (`ShoalSearchOptions.split`) and merging with [`shoal_merge_splits`]
 // gives the whole snapshot's answer.
+//
+// # Safety
+//
+// `dataset` is null or a live dataset; `column` is null or a
+// NUL-terminated string; `out` is null or points to writable memory.
 enum ShoalStatus shoal_dataset_splits(const struct ShoalDataset *dataset,
                                       const char *column,
                                       struct ShoalSplitList **out);
 
 // Frees a split list (null is ignored).
+//
+// # Safety
+//
+// `list` is null or a list from [`shoal_dataset_splits`] not freed
+// before.
 void shoal_split_list_free(struct ShoalSplitList *list);
 
 // A cancellation handle, not triggered.
@@ -153,10 +191,19 @@ struct ShoalCancel *shoal_cancel_new(void);
 // Triggers `cancel` (null is ignored): searches using it stop and return
 // `SHOAL_STATUS_CANCELLED`, now and from then on. Safe from any thread,
 // while another thread searches with it.
+//
+// # Safety
+//
+// `cancel` is null or a live handle from [`shoal_cancel_new`].
 void shoal_cancel_trigger(const struct ShoalCancel *cancel);
 
 // Frees a cancellation handle (null is ignored); no search may still be
 // using it.
+//
+// # Safety
+//
+// `cancel` is null or a handle from [`shoal_cancel_new`] not freed before,
+// that no running search still uses.
 void shoal_cancel_free(struct ShoalCancel *cancel);
 
 // The default options: k 10, offset 0, default nprobes, no filter, no
@@ -172,6 +219,14 @@ struct ShoalSearchOptions shoal_search_options_default(void);
 // set to the search's profile as JSON (mode and fallback reason, queries,
 // prefilter builds, distinct partitions, rows scored, times), freed with
 // [`shoal_string_free`]. On failure nothing is written to `out`.
+//
+// # Safety
+//
+// `dataset` is null or a live dataset; `queries` is null or holds
+// `n × dim` floats; `options` is null or valid, its strings null or
+// NUL-terminated and its arrays holding their lengths; `out` is null or
+// points to a writable `ArrowArrayStream`; `explain_json` is null or
+// points to writable memory.
 enum ShoalStatus shoal_search(const struct ShoalDataset *dataset,
                               const float *queries,
                               size_t n,
@@ -188,6 +243,11 @@ enum ShoalStatus shoal_search(const struct ShoalDataset *dataset,
 // with `k` and `offset`, ties included. Takes ownership of every part
 // stream (released on success and on failure). `*out` gets one stream of
 // the same columns, ordered by (query index, distance, row id).
+//
+// # Safety
+//
+// `parts` is null or holds `n_parts` stream structs (each live or
+// released); `out` is null or points to a writable `ArrowArrayStream`.
 enum ShoalStatus shoal_merge_splits(ArrowArrayStream *parts,
                                     size_t n_parts,
                                     uint32_t k,
@@ -195,6 +255,10 @@ enum ShoalStatus shoal_merge_splits(ArrowArrayStream *parts,
                                     ArrowArrayStream *out);
 
 // Frees a string shoal returned (null is ignored).
+//
+// # Safety
+//
+// `text` is null or a string shoal returned, not freed before.
 void shoal_string_free(char *text);
 
 // The library's version, a static string.

@@ -23,8 +23,6 @@
 //! strings with [`shoal_string_free`], streams with their `release`
 //! callback, as the Arrow C stream interface says.
 
-#![allow(clippy::missing_safety_doc)]
-
 use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
 use arrow_array::{
     Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Float64Array, Int64Array,
@@ -177,6 +175,11 @@ pub struct ShoalCancel(CancelToken);
 
 /// Opens a session. `config_toml` is the text of a shoal TOML config
 /// (`config/default.toml` lists every key), or null for the defaults.
+///
+/// # Safety
+///
+/// `config_toml` is null or a NUL-terminated string; `out` is null or
+/// points to writable memory.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_session_open(
     config_toml: *const c_char,
@@ -197,6 +200,11 @@ pub unsafe extern "C" fn shoal_session_open(
 
 /// Closes a session (null is ignored). Datasets opened in it stay usable
 /// until they are closed themselves.
+///
+/// # Safety
+///
+/// `session` is null or a handle from [`shoal_session_open`] not closed
+/// before.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_session_close(session: *mut ShoalSession) {
     if !session.is_null() {
@@ -208,6 +216,11 @@ pub unsafe extern "C" fn shoal_session_close(session: *mut ShoalSession) {
 /// Opens the dataset at `uri` (a path, or a `file://`, `memory://`,
 /// `s3://`, `gs://` or `az://` URL) pinned to `version`, or to the latest
 /// version when `version` is negative.
+///
+/// # Safety
+///
+/// `session` is null or a live session; `uri` is null or a NUL-terminated
+/// string; `out` is null or points to writable memory.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_dataset_open(
     session: *const ShoalSession,
@@ -233,6 +246,11 @@ pub unsafe extern "C" fn shoal_dataset_open(
 }
 
 /// Closes a dataset (null is ignored).
+///
+/// # Safety
+///
+/// `dataset` is null or a handle from [`shoal_dataset_open`] not closed
+/// before.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_dataset_close(dataset: *mut ShoalDataset) {
     if !dataset.is_null() {
@@ -242,6 +260,10 @@ pub unsafe extern "C" fn shoal_dataset_close(dataset: *mut ShoalDataset) {
 }
 
 /// The pinned version number (0 for a null dataset).
+///
+/// # Safety
+///
+/// `dataset` is null or a live dataset.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_dataset_version(dataset: *const ShoalDataset) -> u64 {
     // SAFETY: a live dataset or null.
@@ -249,6 +271,10 @@ pub unsafe extern "C" fn shoal_dataset_version(dataset: *const ShoalDataset) -> 
 }
 
 /// Rows in the pinned version that are not deleted (0 for a null dataset).
+///
+/// # Safety
+///
+/// `dataset` is null or a live dataset.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_dataset_count_rows(dataset: *const ShoalDataset) -> u64 {
     // SAFETY: a live dataset or null.
@@ -291,6 +317,11 @@ struct SplitListOwner {
 /// vector column): disjoint, covering every fragment. Searching each one
 /// (`ShoalSearchOptions.split`) and merging with [`shoal_merge_splits`]
 /// gives the whole snapshot's answer.
+///
+/// # Safety
+///
+/// `dataset` is null or a live dataset; `column` is null or a
+/// NUL-terminated string; `out` is null or points to writable memory.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_dataset_splits(
     dataset: *const ShoalDataset,
@@ -324,7 +355,8 @@ pub unsafe extern "C" fn shoal_dataset_splits(
             _splits: views,
         });
         owner.list.splits = owner._splits.as_ptr();
-        // The list is the owner's first field: the C pointer is the owner's.
+        // The C caller gets the address of the `list` field; the owner is
+        // found from it again by the field's offset when freed.
         let raw = Box::into_raw(owner);
         // SAFETY: `out` is non-null (checked); `list` lives as long as `raw`.
         unsafe { *out = std::ptr::addr_of_mut!((*raw).list) };
@@ -333,12 +365,16 @@ pub unsafe extern "C" fn shoal_dataset_splits(
 }
 
 /// Frees a split list (null is ignored).
+///
+/// # Safety
+///
+/// `list` is null or a list from [`shoal_dataset_splits`] not freed
+/// before.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_split_list_free(list: *mut ShoalSplitList) {
     if !list.is_null() {
-        // SAFETY: `list` points at the first field of a boxed
-        // `SplitListOwner` (`#[repr(Rust)]` puts no field before it is not
-        // promised, so the owner is found by its recorded address below).
+        // SAFETY: `list` is the `list` field of a boxed `SplitListOwner`
+        // (made by `shoal_dataset_splits`), freed once.
         let _ = catch_unwind(AssertUnwindSafe(|| unsafe { free_split_list(list) }));
     }
 }
@@ -360,6 +396,10 @@ pub extern "C" fn shoal_cancel_new() -> *mut ShoalCancel {
 /// Triggers `cancel` (null is ignored): searches using it stop and return
 /// `SHOAL_STATUS_CANCELLED`, now and from then on. Safe from any thread,
 /// while another thread searches with it.
+///
+/// # Safety
+///
+/// `cancel` is null or a live handle from [`shoal_cancel_new`].
 #[no_mangle]
 pub unsafe extern "C" fn shoal_cancel_trigger(cancel: *const ShoalCancel) {
     // SAFETY: a live handle or null.
@@ -370,6 +410,11 @@ pub unsafe extern "C" fn shoal_cancel_trigger(cancel: *const ShoalCancel) {
 
 /// Frees a cancellation handle (null is ignored); no search may still be
 /// using it.
+///
+/// # Safety
+///
+/// `cancel` is null or a handle from [`shoal_cancel_new`] not freed before,
+/// that no running search still uses.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_cancel_free(cancel: *mut ShoalCancel) {
     if !cancel.is_null() {
@@ -442,6 +487,14 @@ pub extern "C" fn shoal_search_options_default() -> ShoalSearchOptions {
 /// set to the search's profile as JSON (mode and fallback reason, queries,
 /// prefilter builds, distinct partitions, rows scored, times), freed with
 /// [`shoal_string_free`]. On failure nothing is written to `out`.
+///
+/// # Safety
+///
+/// `dataset` is null or a live dataset; `queries` is null or holds
+/// `n × dim` floats; `options` is null or valid, its strings null or
+/// NUL-terminated and its arrays holding their lengths; `out` is null or
+/// points to a writable `ArrowArrayStream`; `explain_json` is null or
+/// points to writable memory.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_search(
     dataset: *const ShoalDataset,
@@ -472,6 +525,8 @@ pub unsafe extern "C" fn shoal_search(
         let floats = n
             .checked_mul(dim)
             .ok_or_else(|| invalid("n × dim overflows"))?;
+        // The search checks the batch limit too; checking it first spares
+        // copying an oversized matrix.
         let limit = dataset.0.config().limits.max_batch_size;
         if n > limit {
             return Err(Error::LimitExceeded {
@@ -659,6 +714,11 @@ fn hits_to_batch(
 /// with `k` and `offset`, ties included. Takes ownership of every part
 /// stream (released on success and on failure). `*out` gets one stream of
 /// the same columns, ordered by (query index, distance, row id).
+///
+/// # Safety
+///
+/// `parts` is null or holds `n_parts` stream structs (each live or
+/// released); `out` is null or points to a writable `ArrowArrayStream`.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_merge_splits(
     parts: *mut ArrowArrayStream,
@@ -774,6 +834,10 @@ pub unsafe extern "C" fn shoal_merge_splits(
 }
 
 /// Frees a string shoal returned (null is ignored).
+///
+/// # Safety
+///
+/// `text` is null or a string shoal returned, not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_string_free(text: *mut c_char) {
     if !text.is_null() {
