@@ -107,6 +107,8 @@ def shoal_pass(a, dataset, queries, threads):
         key = "shared" if r["mode"] == "Shared" else "per_query"
         entry[key] = r["qps"]
         entry[key + "_gflops"] = r.get("scan_gflops")
+        entry[key + "_busy"] = r.get("thread_utilisation")
+        entry[key + "_heap_merge"] = r.get("heap_merge_share")
     exact = os.path.join(a.work, "exact.json")
     run([a.shoal, "bench", "--mode", "exact", "--config", cfg, "--rows", "20000",
          "--dim", str(a.dim), "--batch-sizes", "1", "--seconds", "0.3", "--json", exact])
@@ -175,6 +177,10 @@ def main():
                 "shoal_shared_qps": median([s.get(b, {}).get("shared") for s in shoal]),
                 "shoal_per_query_qps": median([s.get(b, {}).get("per_query") for s in shoal]),
                 "shoal_shared_gflops": median([s.get(b, {}).get("shared_gflops") for s in shoal]),
+                # The scan threads' busy share of the phase, and the share
+                # of it spent merging per-thread heaps: where threads wait.
+                "shoal_shared_threads_busy": median([s.get(b, {}).get("shared_busy") for s in shoal]),
+                "shoal_shared_heap_merge": median([s.get(b, {}).get("shared_heap_merge") for s in shoal]),
                 "faiss_qps": median([f[b] for f in samples[t]["faiss"]]),
             }
         rows.append(row)
@@ -203,8 +209,9 @@ def main():
     head = "| threads | FMA peak GFLOP/s |"
     rule = "|---:|---:|"
     for b in batches:
-        head += f" shoal b{b} shared | shoal b{b} per-query | FAISS b{b} | shared b{b} GFLOP/s (of peak) |"
-        rule += "---:|---:|---:|---:|"
+        head += (f" shoal b{b} shared | shoal b{b} per-query | FAISS b{b} | shared b{b} GFLOP/s (of peak) |"
+                 f" shared b{b} threads busy / heap merge |")
+        rule += "---:|---:|---:|---:|---:|"
     print(head)
     print(rule)
     for row in rows:
@@ -213,8 +220,10 @@ def main():
             c = row["batches"][str(b)]
             g, peak = c["shoal_shared_gflops"], row["fma_peak_gflops"]
             share = f"{g:.0f} ({100 * g / peak:.0f}%)" if g and peak else "-"
+            busy, merge = c["shoal_shared_threads_busy"], c["shoal_shared_heap_merge"]
+            waits = f"{100 * busy:.0f}% / {100 * merge:.1f}%" if busy else "-"
             line += (f" {fmt(c['shoal_shared_qps'])} | {fmt(c['shoal_per_query_qps'])} |"
-                     f" {fmt(c['faiss_qps'])} | {share} |")
+                     f" {fmt(c['faiss_qps'])} | {share} | {waits} |")
         print(line)
     print(f"\nJSON: {a.out}")
 

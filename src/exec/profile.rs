@@ -54,6 +54,22 @@ pub struct Profile {
     pub merge_ms: f64,
     /// Time materialising ids and projected columns.
     pub materialise_ms: f64,
+    /// Shares of work (threads) the partition-major scan phases ran,
+    /// summed over segments (IVF_FLAT and IVF_SQ shared scans).
+    pub scan_shares: u64,
+    /// Wall time of those phases, ms.
+    pub scan_parallel_ms: f64,
+    /// Each phase's shares times its wall time, summed, ms: what the
+    /// threads could have worked.
+    pub share_capacity_ms: f64,
+    /// Time their shares spent working, summed, ms: against
+    /// `share_capacity_ms`, how busy the threads were.
+    pub share_busy_ms: f64,
+    /// The longest share of each phase, summed, ms: against the mean
+    /// share, the load imbalance.
+    pub share_max_ms: f64,
+    /// Time merging the shares' per-query heaps, ms.
+    pub heap_merge_ms: f64,
 }
 
 impl Profile {
@@ -91,7 +107,29 @@ impl Profile {
             self.merge_ms,
             self.materialise_ms
         ));
+        if self.scan_shares > 0 {
+            s.push_str(&format!(
+                "\nscan shares {}: {:.2} ms wall, {:.2} ms busy in all ({:.0}% of shares × wall), \
+                 longest share {:.2} ms; heap merge {:.2} ms",
+                self.scan_shares,
+                self.scan_parallel_ms,
+                self.share_busy_ms,
+                100.0 * self.thread_utilisation(),
+                self.share_max_ms,
+                self.heap_merge_ms
+            ));
+        }
         s
+    }
+
+    /// The shares' busy time over what they could have worked (1.0 when
+    /// every share worked its whole phase; 0 when none ran).
+    pub fn thread_utilisation(&self) -> f64 {
+        if self.share_capacity_ms > 0.0 {
+            (self.share_busy_ms / self.share_capacity_ms).min(1.0)
+        } else {
+            0.0
+        }
     }
 }
 

@@ -352,7 +352,18 @@ fn scan_partition_major(
     let all: Vec<usize> = (0..n).collect();
     let kq = KernelQueries::new(seg, &batch.queries, &all);
     let next = AtomicUsize::new(0);
-    let parts = view.pool.run(threads_for(view, work, units.len()), |_| {
+    let shares = threads_for(view, work, units.len());
+    // How the shares spent the phase (for `--explain` and the scaling
+    // benchmark): their busy time, summed and the longest.
+    let (busy_ns, longest_ns) = (AtomicU64::new(0), AtomicU64::new(0));
+    let phase = Instant::now();
+    let parts = view.pool.run(shares, |_| {
+        let started = Instant::now();
+        let _timer = ShareTimer {
+            started,
+            busy_ns: &busy_ns,
+            longest_ns: &longest_ns,
+        };
         let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.index_depth(i))).collect();
         let (mut qrows, mut qnorms, mut qoffsets, mut scores) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -394,12 +405,36 @@ fn scan_partition_major(
         }
         Ok(local)
     })?;
+    let wall = ms_since(phase);
+    profile.scan_parallel_ms += wall;
+    profile.share_capacity_ms += shares as f64 * wall;
+    profile.scan_shares += shares as u64;
+    profile.share_busy_ms += busy_ns.load(Ordering::Relaxed) as f64 / 1e6;
+    profile.share_max_ms += longest_ns.load(Ordering::Relaxed) as f64 / 1e6;
+    let merging = Instant::now();
     for part in parts {
         for (h, p) in heaps.iter_mut().zip(part) {
             h.merge(p);
         }
     }
+    profile.heap_merge_ms += ms_since(merging);
     Ok(())
+}
+
+/// Adds a share's busy time to its phase's totals when the share ends
+/// (returning or failing).
+struct ShareTimer<'a> {
+    started: Instant,
+    busy_ns: &'a AtomicU64,
+    longest_ns: &'a AtomicU64,
+}
+
+impl Drop for ShareTimer<'_> {
+    fn drop(&mut self) {
+        let ns = self.started.elapsed().as_nanos() as u64;
+        self.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        self.longest_ns.fetch_max(ns, Ordering::Relaxed);
+    }
 }
 
 /// PQ segments, queries `block`: fetch the block's distinct partitions once

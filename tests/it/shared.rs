@@ -218,6 +218,16 @@ fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
         "a cold cache loads each distinct partition once"
     );
     assert!(p.bytes_read > 0);
+    // The scan phase's thread accounting: each share works inside the
+    // phase, so the busy time never exceeds shares × wall.
+    assert!(p.scan_shares >= 1, "{}", p.render());
+    assert!(p.share_busy_ms > 0.0 && p.share_busy_ms <= p.share_capacity_ms);
+    assert!(
+        p.share_max_ms <= p.scan_parallel_ms
+            && p.share_max_ms * 1.000001 >= p.share_busy_ms / p.scan_shares as f64
+    );
+    assert!(p.thread_utilisation() > 0.0 && p.thread_utilisation() <= 1.0);
+    assert!(p.render().contains("scan shares"));
     let (_, again) = cold.explain(&b).unwrap();
     assert_eq!(
         again.cache_misses, 0,

@@ -57,6 +57,12 @@ pub struct BatchRow {
     pub misses_per_batch: f64,
     /// Scan GFLOP/s (flat/SQ rows scored × dim × 2 ÷ scan time).
     pub scan_gflops: f64,
+    /// Flat/SQ shared scans: the scan threads' busy time over what they
+    /// could have worked (see `Profile::thread_utilisation`); 0 otherwise.
+    pub thread_utilisation: f64,
+    /// Flat/SQ shared scans: share of the scan phase spent merging the
+    /// threads' per-query heaps.
+    pub heap_merge_share: f64,
     /// Peak resident memory of the process so far, MiB.
     pub peak_rss_mib: f64,
     /// Whether every query's ids equal those of the first mode measured.
@@ -126,6 +132,10 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
                     tot.cache_misses += p.cache_misses;
                     tot.rows_scored += p.rows_scored;
                     tot.scan_ms += p.scan_ms;
+                    tot.share_capacity_ms += p.share_capacity_ms;
+                    tot.share_busy_ms += p.share_busy_ms;
+                    tot.scan_parallel_ms += p.scan_parallel_ms;
+                    tot.heap_merge_ms += p.heap_merge_ms;
                 }
                 pass_qps[mi].push(queries.len() as f64 / start.elapsed().as_secs_f64());
             }
@@ -158,6 +168,12 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
                 } else {
                     0.0
                 },
+                thread_utilisation: tot.thread_utilisation(),
+                heap_merge_share: if tot.scan_parallel_ms + tot.heap_merge_ms > 0.0 {
+                    tot.heap_merge_ms / (tot.scan_parallel_ms + tot.heap_merge_ms)
+                } else {
+                    0.0
+                },
                 peak_rss_mib: peak_rss_mib(),
                 same_as_first: found[mi] == found[0],
             });
@@ -177,11 +193,11 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
         opts.shape.describe(),
         config.cache.capacity_bytes.bytes()
     );
-    println!("\n| mode (ran as) | batch | QPS | batch p50 ms | batch p99 ms | µs/query | recall@{} | pairs/batch | distinct partitions/batch | overlap | misses/batch | scan GFLOP/s | peak RSS MiB | ids = first mode's |", opts.k);
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("\n| mode (ran as) | batch | QPS | batch p50 ms | batch p99 ms | µs/query | recall@{} | pairs/batch | distinct partitions/batch | overlap | misses/batch | scan GFLOP/s | threads busy | heap merge | peak RSS MiB | ids = first mode's |", opts.k);
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in &rows {
         println!(
-            "| {} ({}) | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {:.0} | {} |",
+            "| {} ({}) | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {} | {} | {:.0} | {} |",
             r.mode,
             r.ran_as,
             r.batch,
@@ -195,6 +211,8 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
             if r.distinct_per_batch > 0.0 { r.pairs_per_batch / r.distinct_per_batch } else { 0.0 },
             r.misses_per_batch,
             if r.scan_gflops > 0.0 { format!("{:.1}", r.scan_gflops) } else { "-".into() },
+            if r.thread_utilisation > 0.0 { format!("{:.0}%", 100.0 * r.thread_utilisation) } else { "-".into() },
+            if r.thread_utilisation > 0.0 { format!("{:.1}%", 100.0 * r.heap_merge_share) } else { "-".into() },
             r.peak_rss_mib,
             if r.same_as_first { "yes" } else { "no" }
         );
