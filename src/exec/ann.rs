@@ -47,16 +47,6 @@ pub struct IndexView<'a> {
     pub cancel: &'a CancelToken,
     /// The session's cache of filter results.
     pub filters: &'a FilterCache,
-    /// The fragment ids a split search is limited to (sorted); `None`
-    /// searches the whole snapshot.
-    pub split: Option<&'a [u32]>,
-}
-
-impl IndexView<'_> {
-    /// Is fragment `id` searched (in the split, or no split)?
-    pub fn searches_fragment(&self, id: u32) -> bool {
-        self.split.is_none_or(|s| s.binary_search(&id).is_ok())
-    }
 }
 
 /// For each query (rows of `queries`, prepared for the index's metric), the
@@ -349,13 +339,13 @@ pub fn refine(
     Ok(out)
 }
 
-/// Fragments no segment of the view covers.
-pub fn unindexed(view: &IndexView<'_>) -> Vec<usize> {
+/// Fragments `batch` searches that no segment of the view covers.
+pub fn unindexed(view: &IndexView<'_>, batch: &ValidatedBatch) -> Vec<usize> {
     view.fragments
         .iter()
         .enumerate()
         .filter(|(_, f)| {
-            view.searches_fragment(f.meta.id)
+            batch.searches_fragment(f.meta.id)
                 && !view
                     .segments
                     .iter()
@@ -378,7 +368,7 @@ pub fn search_per_query(
 ) -> Result<Vec<TopK>> {
     // Fragments no segment covers, prepared once for the batch (visibility
     // and each distinct prefilter's rows); each query scans them alone.
-    let rest = unindexed(view);
+    let rest = unindexed(view, batch);
     let exact_items = if batch.fast_search || rest.is_empty() {
         None
     } else {

@@ -95,7 +95,7 @@ pub fn search(
     admission: &Admission<'_>,
 ) -> Result<Vec<Vec<Candidate>>> {
     let all: Vec<usize> = (0..view.fragments.len())
-        .filter(|&i| view.searches_fragment(view.fragments[i].meta.id))
+        .filter(|&i| batch.searches_fragment(view.fragments[i].meta.id))
         .collect();
     let (items, mask_of) = items(admission, view.fragments, &all, batch)?;
     let heaps = scan(

@@ -32,10 +32,6 @@ pub fn execute(
         ..Profile::default()
     };
     let admission = Admission::new(view.fragments, batch, view.filters);
-    let admission = match view.split {
-        Some(split) => admission.within(split),
-        None => admission,
-    };
     let wants_index = batch.mode != SearchMode::Exact && batch.use_index;
     if wants_index && !view.segments.is_empty() {
         if let Some(seg) = view.segments.iter().find(|s| s.meta.metric != batch.metric) {

@@ -293,14 +293,17 @@ impl<'a> Admission<'a> {
         for (i, f) in fragments.iter().enumerate() {
             slot[f.meta.id as usize] = i;
         }
-        let visible: Vec<(usize, Option<Arc<roaring::RoaringBitmap>>)> = fragments
+        let visible = fragments
             .iter()
             .map(|f| (f.rows(), f.deleted.clone()))
             .collect();
         Admission {
             fragments,
             slot,
-            searched: vec![true; visible.len()],
+            searched: fragments
+                .iter()
+                .map(|f| batch.searches_fragment(f.meta.id))
+                .collect(),
             visible,
             filters: &batch.filters,
             names: batch
@@ -316,14 +319,6 @@ impl<'a> Admission<'a> {
             cache,
             counters: FilterCounters::default(),
         }
-    }
-
-    /// The same view, hiding every row outside the fragments `split`.
-    pub fn within(mut self, split: &[u32]) -> Self {
-        for (searched, f) in self.searched.iter_mut().zip(self.fragments) {
-            *searched = split.contains(&f.meta.id);
-        }
-        self
     }
 
     /// Is `row_id` a row of the snapshot (of the split, if any) that is not

@@ -170,7 +170,7 @@ pub fn search_shared(
     let t = Instant::now();
     let mut heaps = refine_shared(view, batch, heaps, profile)?;
     profile.merge_ms += ms_since(t);
-    let rest = unindexed(view);
+    let rest = unindexed(view, batch);
     if !batch.fast_search && !rest.is_empty() {
         let t = Instant::now();
         let (items, mask_of) = exact::items(admission, view.fragments, &rest, batch)?;

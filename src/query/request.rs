@@ -711,6 +711,13 @@ impl ValidatedBatch {
         })
     }
 
+    /// Does the batch search fragment `id` (in its split, or no split)?
+    pub fn searches_fragment(&self, id: u32) -> bool {
+        self.split
+            .as_ref()
+            .is_none_or(|s| s.binary_search(&id).is_ok())
+    }
+
     /// Number of queries.
     pub fn len(&self) -> usize {
         self.specs.len()

@@ -243,7 +243,6 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
             pool: ds.session().pool(),
             cancel: &shoal::CancelToken::new(),
             filters: ds.session().filter_cache(),
-            split: None,
         };
         let validated = ValidatedBatch::new(&b, ds.schema(), &Config::default().limits).unwrap();
         let (cands, _) = shoal::internals::execute(&view, &validated).unwrap();

@@ -95,7 +95,6 @@ impl Dataset {
             pool: self.session.pool(),
             cancel,
             filters: self.session.filter_cache(),
-            split: validated.split.as_deref(),
         };
         let (candidates, mut profile) = exec::plan::execute(&view, &validated)?;
         cancel.check()?;
