@@ -253,16 +253,7 @@ fn partition_means(
     assigned: &[u32],
     mut centroids: Vec<f32>,
 ) -> Vec<f32> {
-    let k = centroids.len() / dim;
-    let mut sums = vec![0.0f64; k * dim];
-    let mut counts = vec![0usize; k];
-    for (row, &c) in rows.chunks_exact(dim).zip(assigned) {
-        let c = c as usize;
-        counts[c] += 1;
-        for (s, x) in sums[c * dim..(c + 1) * dim].iter_mut().zip(row) {
-            *s += f64::from(*x);
-        }
-    }
+    let (sums, counts) = kmeans::cluster_sums(rows, dim, assigned, centroids.len() / dim);
     for (c, count) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
         let mean: Vec<f64> = sums[c * dim..(c + 1) * dim]
             .iter()

@@ -172,15 +172,7 @@ pub fn train(
     for it in 0..params.iterations {
         let blocks = VectorBlocks::from_rows(dim, &centroids);
         let assignment = assign(&data, dim, &blocks, Metric::L2);
-        let mut sums = vec![0.0f64; k * dim];
-        let mut counts = vec![0usize; k];
-        for (row, c) in data.chunks_exact(dim).zip(&assignment) {
-            let c = *c as usize;
-            counts[c] += 1;
-            for (s, x) in sums[c * dim..(c + 1) * dim].iter_mut().zip(row) {
-                *s += *x as f64;
-            }
-        }
+        let (sums, mut counts) = cluster_sums(&data, dim, &assignment, k);
         for c in 0..k {
             if counts[c] > 0 {
                 for j in 0..dim {
@@ -216,6 +208,26 @@ pub fn train(
         progress(it + 1, params.iterations);
     }
     centroids
+}
+
+/// Each of the `k` clusters' sum of the rows `assignment` puts in it
+/// (`k × dim`, in float64, rows added in order) and its row count.
+pub fn cluster_sums(
+    rows: &[f32],
+    dim: usize,
+    assignment: &[u32],
+    k: usize,
+) -> (Vec<f64>, Vec<usize>) {
+    let mut sums = vec![0.0f64; k * dim];
+    let mut counts = vec![0usize; k];
+    for (row, c) in rows.chunks_exact(dim).zip(assignment) {
+        let c = *c as usize;
+        counts[c] += 1;
+        for (s, x) in sums[c * dim..(c + 1) * dim].iter_mut().zip(row) {
+            *s += f64::from(*x);
+        }
+    }
+    (sums, counts)
 }
 
 /// k distinct sample rows, drawn at random.
