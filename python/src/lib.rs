@@ -5,10 +5,7 @@
 //! converts the answer to Arrow. `shoal/__init__.py` holds the Python-side
 //! conveniences (dicts of NumPy arrays, dtype checks, tables).
 
-use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
-use arrow_array::{
-    Array, ArrayRef, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, UInt32Array,
-};
+use arrow_array::{ArrayRef, Float32Array, Int64Array, RecordBatch, UInt32Array};
 use arrow_pyarrow::{FromPyArrow, ToPyArrow};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use numpy::{PyReadonlyArray1, PyReadonlyArray2};
@@ -18,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use shoal::{
     BatchQuery, ColumnType, Config, DatasetHandle, ErrorKind, FilterMode, IndexKind, IndexParams,
-    Metric, Nprobes, PerQueryParams, Query, ScalarValue, Schema, SearchResults,
+    Metric, Nprobes, PerQueryParams, Query, Schema, SearchResults,
 };
 use std::sync::Arc;
 
@@ -194,20 +191,10 @@ fn results_batch(
     with_query_index: bool,
 ) -> Result<RecordBatch, shoal::Error> {
     let arrow_err = |e: arrow_schema::ArrowError| shoal::Error::Arrow(e.to_string());
-    let projection = results.projection_of(0).to_vec();
-    for i in 0..results.hits.len() {
-        if results.projection_of(i) != projection.as_slice() {
-            return Err(shoal::Error::InvalidArgument(
-                "queries of one call must select the same columns".into(),
-            ));
-        }
-    }
-    let rows: Vec<(u32, &shoal::Hit)> = results
-        .hits
-        .iter()
-        .enumerate()
-        .flat_map(|(q, hits)| hits.iter().map(move |h| (q as u32, h)))
-        .collect();
+    // The projected columns first: they check that every query selected
+    // the same ones.
+    let projected = results.projected_arrays(schema)?;
+    let rows: Vec<(u32, &shoal::Hit)> = results.rows().map(|(q, h)| (q as u32, h)).collect();
     let mut fields = Vec::new();
     let mut columns: Vec<ArrayRef> = Vec::new();
     if with_query_index {
@@ -224,71 +211,8 @@ fn results_batch(
     columns.push(Arc::new(Float32Array::from_iter_values(
         rows.iter().map(|r| r.1.distance),
     )));
-    for (c, name) in projection.iter().enumerate() {
-        let column = schema.column(name)?;
-        let value = |r: &(u32, &shoal::Hit)| r.1.values.get(c).cloned();
-        let array: ArrayRef = match &column.ty {
-            ColumnType::Int64 => {
-                let mut b = Int64Builder::new();
-                for r in &rows {
-                    match value(r) {
-                        Some(ScalarValue::Int64(v)) => b.append_value(v),
-                        _ => b.append_null(),
-                    }
-                }
-                Arc::new(b.finish())
-            }
-            ColumnType::Float64 => {
-                let mut b = Float64Builder::new();
-                for r in &rows {
-                    match value(r) {
-                        Some(ScalarValue::Float64(v)) => b.append_value(v),
-                        _ => b.append_null(),
-                    }
-                }
-                Arc::new(b.finish())
-            }
-            ColumnType::Utf8 => {
-                let mut b = StringBuilder::new();
-                for r in &rows {
-                    match value(r) {
-                        Some(ScalarValue::Utf8(v)) => b.append_value(v),
-                        _ => b.append_null(),
-                    }
-                }
-                Arc::new(b.finish())
-            }
-            ColumnType::Bool => {
-                let mut b = BooleanBuilder::new();
-                for r in &rows {
-                    match value(r) {
-                        Some(ScalarValue::Bool(v)) => b.append_value(v),
-                        _ => b.append_null(),
-                    }
-                }
-                Arc::new(b.finish())
-            }
-            ColumnType::Vector { dim, .. } => {
-                let mut flat = Vec::with_capacity(rows.len() * dim);
-                for r in &rows {
-                    match value(r) {
-                        Some(ScalarValue::Vector(v)) if v.len() == *dim => flat.extend(v),
-                        _ => flat.extend(std::iter::repeat_n(0.0, *dim)),
-                    }
-                }
-                let item = Arc::new(Field::new("item", DataType::Float32, false));
-                Arc::new(
-                    FixedSizeListArray::try_new(
-                        item,
-                        *dim as i32,
-                        Arc::new(Float32Array::from(flat)),
-                        None,
-                    )
-                    .map_err(arrow_err)?,
-                )
-            }
-        };
-        fields.push(Field::new(name, array.data_type().clone(), true));
+    for (field, array) in projected {
+        fields.push(field);
         columns.push(array);
     }
     RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), columns).map_err(arrow_err)

@@ -1,7 +1,14 @@
 //! Search results: per query, rows ordered by `(distance, row_id)`.
 
+use crate::error::{Error, Result};
 use crate::query::request::SearchMode;
+use crate::storage::{ColumnType, Schema};
+use arrow_array::{
+    ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Float64Array, Int64Array, StringArray,
+};
+use arrow_schema::{DataType, Field};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// A projected column value.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -93,6 +100,73 @@ impl SearchResults {
             .iter()
             .enumerate()
             .flat_map(|(q, hits)| hits.iter().map(move |h| (q, h)))
+    }
+
+    /// The projected columns of every row, in [`rows`](Self::rows) order,
+    /// as Arrow arrays typed from `schema` (a value missing from a row is
+    /// null): what a binding puts after its own fixed columns. Refused when
+    /// the queries projected different columns.
+    pub fn projected_arrays(&self, schema: &Schema) -> Result<Vec<(Field, ArrayRef)>> {
+        let projection = self.projection_of(0);
+        if (0..self.hits.len()).any(|i| self.projection_of(i) != projection) {
+            return Err(Error::InvalidArgument(
+                "queries of one call must select the same columns".into(),
+            ));
+        }
+        let arrow = |e: arrow_schema::ArrowError| Error::Arrow(e.to_string());
+        let mut out = Vec::with_capacity(projection.len());
+        for (j, name) in projection.iter().enumerate() {
+            let column = schema.column(name)?;
+            let values = || self.rows().map(move |(_, h)| h.values.get(j));
+            let array: ArrayRef = match &column.ty {
+                ColumnType::Int64 => Arc::new(Int64Array::from_iter(values().map(|v| match v {
+                    Some(ScalarValue::Int64(x)) => Some(*x),
+                    _ => None,
+                }))),
+                ColumnType::Float64 => {
+                    Arc::new(Float64Array::from_iter(values().map(|v| match v {
+                        Some(ScalarValue::Float64(x)) => Some(*x),
+                        _ => None,
+                    })))
+                }
+                ColumnType::Bool => Arc::new(BooleanArray::from_iter(values().map(|v| match v {
+                    Some(ScalarValue::Bool(x)) => Some(*x),
+                    _ => None,
+                }))),
+                ColumnType::Utf8 => Arc::new(StringArray::from_iter(values().map(|v| match v {
+                    Some(ScalarValue::Utf8(x)) => Some(x.as_str()),
+                    _ => None,
+                }))),
+                ColumnType::Vector { dim, .. } => {
+                    let dim = *dim;
+                    let (mut flat, mut valid) = (Vec::new(), Vec::new());
+                    for v in values() {
+                        match v {
+                            Some(ScalarValue::Vector(x)) if x.len() == dim => {
+                                flat.extend_from_slice(x);
+                                valid.push(true);
+                            }
+                            _ => {
+                                flat.extend(std::iter::repeat_n(0.0, dim));
+                                valid.push(false);
+                            }
+                        }
+                    }
+                    let nulls = valid.contains(&false).then(|| valid.into());
+                    Arc::new(
+                        FixedSizeListArray::try_new(
+                            Arc::new(Field::new("item", DataType::Float32, false)),
+                            dim as i32,
+                            Arc::new(Float32Array::from(flat)),
+                            nulls,
+                        )
+                        .map_err(arrow)?,
+                    )
+                }
+            };
+            out.push((Field::new(name, array.data_type().clone(), true), array));
+        }
+        Ok(out)
     }
 }
 

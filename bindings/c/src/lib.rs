@@ -25,13 +25,13 @@
 
 use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
 use arrow_array::{
-    Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Float64Array, Int64Array,
-    RecordBatch, RecordBatchIterator, RecordBatchReader, StringArray, UInt32Array, UInt64Array,
+    Array, ArrayRef, Float32Array, RecordBatch, RecordBatchIterator, RecordBatchReader,
+    UInt32Array, UInt64Array,
 };
 use arrow_schema::{ArrowError, DataType, Field, Schema as ArrowSchema};
 use shoal::{
-    BatchQuery, CancelToken, ColumnType, Config, Dataset, Error, ErrorKind, Hit, Metric, Nprobes,
-    PerQueryParams, ScalarValue, SearchMode, Session,
+    BatchQuery, CancelToken, Config, Dataset, Error, ErrorKind, Hit, Metric, Nprobes,
+    PerQueryParams, SearchMode, SearchResults, Session,
 };
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
@@ -513,9 +513,6 @@ pub unsafe extern "C" fn shoal_search(
         let default = shoal_search_options_default();
         // SAFETY: null or a valid options struct.
         let options = unsafe { options.as_ref() }.unwrap_or(&default);
-        if n == 0 {
-            return Err(invalid("the batch has no query vectors (n = 0)"));
-        }
         if dim == 0 {
             return Err(invalid("dim must be at least 1"));
         }
@@ -539,9 +536,7 @@ pub unsafe extern "C" fn shoal_search(
         let flat = unsafe { std::slice::from_raw_parts(queries, floats) };
         let batch = build_batch(flat, n, dim, options)?;
         let (results, profile) = dataset.0.explain(&batch)?;
-        // One projection for the whole batch (the options have one).
-        let projection = results.projection_of(0).to_vec();
-        let record = hits_to_batch(dataset.0.schema(), &projection, &results.hits)?;
+        let record = results_to_batch(dataset.0.schema(), &results)?;
         let explain = match explain_json.is_null() {
             true => None,
             false => Some(
@@ -624,18 +619,11 @@ const QUERY_INDEX: &str = "_query_index";
 const ROW_ID: &str = "_rowid";
 const DISTANCE: &str = "_distance";
 
-/// The hits of every query as one record batch, in query order (each
-/// query's rows are already by distance, then row id).
-fn hits_to_batch(
-    schema: &shoal::Schema,
-    projection: &[String],
-    hits: &[Vec<Hit>],
-) -> Result<RecordBatch, Error> {
-    let rows: Vec<(u32, &Hit)> = hits
-        .iter()
-        .enumerate()
-        .flat_map(|(qi, hs)| hs.iter().map(move |h| (qi as u32, h)))
-        .collect();
+/// The rows of every query as one record batch, in query order (each
+/// query's rows are already by distance, then row id): the fixed columns,
+/// then the projected ones.
+fn results_to_batch(schema: &shoal::Schema, results: &SearchResults) -> Result<RecordBatch, Error> {
+    let rows: Vec<(u32, &Hit)> = results.rows().map(|(qi, h)| (qi as u32, h)).collect();
     let mut fields = vec![
         Field::new(QUERY_INDEX, DataType::UInt32, false),
         Field::new(ROW_ID, DataType::UInt64, false),
@@ -650,56 +638,8 @@ fn hits_to_batch(
             rows.iter().map(|r| r.1.distance),
         )),
     ];
-    for (j, name) in projection.iter().enumerate() {
-        let column = schema.column(name)?;
-        let values = rows
-            .iter()
-            .map(|r| r.1.values.get(j).unwrap_or(&ScalarValue::Null));
-        let array: ArrayRef = match &column.ty {
-            ColumnType::Int64 => Arc::new(Int64Array::from_iter(values.map(|v| match v {
-                ScalarValue::Int64(x) => Some(*x),
-                _ => None,
-            }))),
-            ColumnType::Float64 => Arc::new(Float64Array::from_iter(values.map(|v| match v {
-                ScalarValue::Float64(x) => Some(*x),
-                _ => None,
-            }))),
-            ColumnType::Bool => Arc::new(BooleanArray::from_iter(values.map(|v| match v {
-                ScalarValue::Bool(x) => Some(*x),
-                _ => None,
-            }))),
-            ColumnType::Utf8 => Arc::new(StringArray::from_iter(values.map(|v| match v {
-                ScalarValue::Utf8(x) => Some(x.clone()),
-                _ => None,
-            }))),
-            ColumnType::Vector { dim, .. } => {
-                let dim = *dim;
-                let mut flat = Vec::with_capacity(rows.len() * dim);
-                let mut valid = Vec::with_capacity(rows.len());
-                for v in values {
-                    match v {
-                        ScalarValue::Vector(x) if x.len() == dim => {
-                            flat.extend_from_slice(x);
-                            valid.push(true);
-                        }
-                        _ => {
-                            flat.extend(std::iter::repeat_n(0.0, dim));
-                            valid.push(false);
-                        }
-                    }
-                }
-                Arc::new(
-                    FixedSizeListArray::try_new(
-                        Arc::new(Field::new("item", DataType::Float32, false)),
-                        dim as i32,
-                        Arc::new(Float32Array::from(flat)),
-                        Some(valid.into()),
-                    )
-                    .map_err(|e| Error::Internal(e.to_string()))?,
-                )
-            }
-        };
-        fields.push(Field::new(name, array.data_type().clone(), true));
+    for (field, array) in results.projected_arrays(schema)? {
+        fields.push(field);
         columns.push(array);
     }
     RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), columns)
