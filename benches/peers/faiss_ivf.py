@@ -41,9 +41,13 @@ def load(base, queries, groundtruth, metric):
     return xb, xq, gt, mt
 
 
-def make_index(kind, d, partitions, sub_vectors, mt):
-    """An untrained FAISS IVF index of `kind` (ivf_flat, ivf_pq, ivf_sq)."""
+def make_index(kind, d, partitions, sub_vectors, mt, bits=4):
+    """An untrained FAISS IVF index of `kind` (ivf_flat, ivf_pq, ivf_sq, or
+    ivf_rq: IndexIVFRaBitQ with `bits` bits per dimension, FAISS's default
+    4-bit query quantization)."""
     quantizer = faiss.IndexFlatL2(d) if mt == faiss.METRIC_L2 else faiss.IndexFlatIP(d)
+    if kind == "ivf_rq":
+        return faiss.IndexIVFRaBitQ(quantizer, d, partitions, mt, True, bits)
     if kind == "ivf_flat":
         return faiss.IndexIVFFlat(quantizer, d, partitions, mt)
     if kind == "ivf_pq":

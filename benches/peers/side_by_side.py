@@ -11,7 +11,7 @@ the shared scan.
 
     ~/peers-venv/bin/python benches/peers/side_by_side.py --shoal target/release/shoal \\
         --base base.fvecs --queries query.fvecs --groundtruth groundtruth.ivecs --metric cosine \\
-        --types ivf_flat,ivf_sq,ivf_pq --partitions 256 --sub-vectors 48 --nprobes 16 \\
+        --types ivf_flat,ivf_sq,ivf_pq,ivf_rq --partitions 256 --sub-vectors 48 --bits 4 --nprobes 16 \\
         --batch-sizes 1,8,64 --passes 3
 """
 import argparse
@@ -65,6 +65,7 @@ def main():
     p.add_argument("--types", default="ivf_flat,ivf_sq,ivf_pq")
     p.add_argument("--partitions", type=int, default=256)
     p.add_argument("--sub-vectors", type=int, default=32)
+    p.add_argument("--bits", type=int, default=4, help="ivf_rq: bits per dimension")
     p.add_argument("--nprobes", default="16")
     p.add_argument("--batch-sizes", default="1,8,64")
     p.add_argument("--passes", type=int, default=3)
@@ -74,7 +75,7 @@ def main():
     xb, xq, gt, mt = load(a.base, a.queries, a.groundtruth, a.metric)
     d = xb.shape[1]
     print(f"shoal vs FAISS {faiss.__version__}: {xb.shape[0]} x {d}, {xq.shape[0]} queries, "
-          f"metric {a.metric}, {a.partitions} partitions, PQ m={a.sub_vectors}, k={a.k}, "
+          f"metric {a.metric}, {a.partitions} partitions, PQ m={a.sub_vectors}, RQ bits={a.bits}, k={a.k}, "
           f"median of {a.passes} alternating passes")
     print(f"| index | nprobes | batch | shoal QPS | FAISS QPS | shoal / FAISS | shoal recall@{a.k} | FAISS recall@{a.k} |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -83,10 +84,13 @@ def main():
         shoal(a.shoal, "ingest", "--dataset", dataset, "--vectors", a.base, "--metric", a.metric)
         for kind in a.types.split(","):
             shoal(a.shoal, "index", "--dataset", dataset, "--type", kind, "--partitions",
-                  str(a.partitions), "--sub-vectors", str(a.sub_vectors))
-            index = make_index(kind, d, a.partitions, a.sub_vectors, mt)
+                  str(a.partitions), "--sub-vectors", str(a.sub_vectors), "--bits", str(a.bits))
+            index = make_index(kind, d, a.partitions, a.sub_vectors, mt, a.bits)
+            start = time.perf_counter()
             index.train(xb)
             index.add(xb)
+            faiss_build = time.perf_counter() - start
+            print(f"FAISS {kind} build {faiss_build:.2f} s", flush=True)
             for nprobes in [int(x) for x in a.nprobes.split(",")]:
                 index.nprobe = nprobes
                 for batch in [int(x) for x in a.batch_sizes.split(",")]:

@@ -203,11 +203,13 @@ class Dataset:
         sub_vectors: Optional[int] = None,
         column: Optional[str] = None,
         seed: Optional[int] = None,
+        bits: Optional[int] = None,
     ) -> int:
-        """Builds an index (``ivf_flat``, ``ivf_pq`` with ``sub_vectors``, or
-        ``ivf_sq``) over ``column`` (the only vector column by default);
-        returns the version it committed."""
-        return self._native.create_index(index_type, partitions, sub_vectors, column, seed)
+        """Builds an index (``ivf_flat``, ``ivf_pq`` with ``sub_vectors``,
+        ``ivf_sq``, or ``ivf_rq`` with ``bits`` per dimension, 1 to 8, default
+        4) over ``column`` (the only vector column by default); returns the
+        version it committed."""
+        return self._native.create_index(index_type, partitions, sub_vectors, column, seed, bits)
 
     def search(
         self,

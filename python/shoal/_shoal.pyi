@@ -55,6 +55,7 @@ class Dataset:
         sub_vectors: Optional[int] = None,
         column: Optional[str] = None,
         seed: Optional[int] = None,
+        bits: Optional[int] = None,
     ) -> int: ...
     def search(
         self,

@@ -612,7 +612,8 @@ impl Dataset {
     }
 
     /// Builds an index; returns the version it committed.
-    #[pyo3(signature = (index_type, partitions, sub_vectors = None, column = None, seed = None))]
+    #[pyo3(signature = (index_type, partitions, sub_vectors = None, column = None, seed = None, bits = None))]
+    #[allow(clippy::too_many_arguments)]
     fn create_index(
         &self,
         py: Python<'_>,
@@ -621,18 +622,25 @@ impl Dataset {
         sub_vectors: Option<usize>,
         column: Option<String>,
         seed: Option<u64>,
+        bits: Option<usize>,
     ) -> PyResult<u64> {
+        if bits.is_some() && index_type != "ivf_rq" {
+            return Err(invalid("bits only applies to ivf_rq"));
+        }
         let kind = match (index_type, sub_vectors) {
             ("ivf_flat", None) => IndexKind::IvfFlat,
+            ("ivf_rq", None) => IndexKind::IvfRq {
+                bits: bits.unwrap_or(IndexKind::DEFAULT_RQ_BITS),
+            },
             ("ivf_sq", None) => IndexKind::IvfSq,
             ("ivf_pq", Some(m)) => IndexKind::IvfPq { sub_vectors: m },
             ("ivf_pq", None) => return Err(invalid("ivf_pq needs sub_vectors")),
-            ("ivf_flat" | "ivf_sq", Some(_)) => {
+            ("ivf_flat" | "ivf_sq" | "ivf_rq", Some(_)) => {
                 return Err(invalid("sub_vectors only applies to ivf_pq"))
             }
             (other, _) => {
                 return Err(invalid(format!(
-                    "unknown index type '{other}' (ivf_flat, ivf_pq or ivf_sq)"
+                    "unknown index type '{other}' (ivf_flat, ivf_pq, ivf_sq or ivf_rq)"
                 )))
             }
         };

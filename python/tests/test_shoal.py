@@ -213,6 +213,12 @@ def test_other_index_types_and_stats(docs, db):
     assert ds.search(vectors[0], k=5, nprobes=8, refine_factor=4).num_rows == 5
     ds.create_index("ivf_sq", partitions=8)
     assert ds.search(vectors[0], k=5, nprobes=8).num_rows == 5
+    ds.create_index("ivf_rq", partitions=8, bits=2)
+    assert ds.search(vectors[0], k=5, nprobes=8).num_rows == 5
+    with pytest.raises(shoal.InvalidInput):
+        ds.create_index("ivf_rq", partitions=8, bits=9)
+    with pytest.raises(shoal.InvalidInput):
+        ds.create_index("ivf_flat", partitions=8, bits=2)
     stats = db.stats()
     for key in ["requests", "batches", "mean_batch_size", "cancelled", "pending"]:
         assert key in stats

@@ -62,7 +62,8 @@ impl From<ModeArg> for SearchMode {
     }
 }
 
-/// The variant names are the CLI values (`ivf-flat`, `ivf-pq`, `ivf-sq`).
+/// The variant names are the CLI values (`ivf-flat`, `ivf-pq`, `ivf-sq`,
+/// `ivf-rq`).
 #[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, ValueEnum)]
 pub enum IndexTypeArg {
@@ -72,15 +73,18 @@ pub enum IndexTypeArg {
     IvfPq,
     #[value(alias = "ivf_sq")]
     IvfSq,
+    #[value(alias = "ivf_rq")]
+    IvfRq,
 }
 
 impl IndexTypeArg {
-    /// The index kind, with `sub_vectors` for PQ.
-    pub fn kind(self, sub_vectors: usize) -> IndexKind {
+    /// The index kind, with `sub_vectors` for PQ and `bits` for RaBitQ.
+    pub fn kind(self, sub_vectors: usize, bits: usize) -> IndexKind {
         match self {
             IndexTypeArg::IvfFlat => IndexKind::IvfFlat,
             IndexTypeArg::IvfPq => IndexKind::IvfPq { sub_vectors },
             IndexTypeArg::IvfSq => IndexKind::IvfSq,
+            IndexTypeArg::IvfRq => IndexKind::IvfRq { bits },
         }
     }
 }
@@ -242,6 +246,9 @@ pub enum Command {
         /// PQ sub-vectors (bytes per code); must divide the dimension.
         #[arg(long, default_value_t = 16)]
         sub_vectors: usize,
+        /// RaBitQ bits per dimension (1 to 8).
+        #[arg(long, default_value_t = shoal::IndexKind::DEFAULT_RQ_BITS)]
+        bits: usize,
         /// Training sample: rows per partition.
         #[arg(long, default_value_t = 256)]
         sample: usize,
@@ -331,6 +338,9 @@ pub enum Command {
         /// ivf: PQ sub-vectors.
         #[arg(long, default_value_t = 32)]
         sub_vectors: usize,
+        /// ivf: RaBitQ bits per dimension (one ivf_rq index per value).
+        #[arg(long, value_delimiter = ',', default_value = "4")]
+        bits: Vec<usize>,
         /// ivf: nprobes values to measure.
         #[arg(long, value_delimiter = ',', default_value = "4,8,16,32")]
         nprobes: Vec<usize>,

@@ -1,7 +1,7 @@
 //! Running each subcommand: open or create datasets, call the library,
 //! print what happened.
 
-use super::args::{BenchModeArg, Cli, Command};
+use super::args::{BenchModeArg, Cli, Command, IndexTypeArg};
 use super::bench::batch::{run_batch, BatchBenchOptions};
 use super::bench::engine::{run_engine_bench, EngineBenchOptions};
 use super::bench::exact::{run_exact, ExactBenchOptions};
@@ -118,10 +118,11 @@ pub fn run(cli: Cli) -> Result<()> {
             index_type,
             partitions,
             sub_vectors,
+            bits,
             sample,
             seed,
         } => {
-            let mut params = IndexParams::new(index_type.kind(sub_vectors), partitions);
+            let mut params = IndexParams::new(index_type.kind(sub_vectors, bits), partitions);
             params.sample_per_partition = sample;
             params.seed = seed;
             let mut ds =
@@ -265,6 +266,7 @@ pub fn run(cli: Cli) -> Result<()> {
             types,
             partitions,
             sub_vectors,
+            bits,
             nprobes,
             num_queries,
             export,
@@ -322,7 +324,16 @@ pub fn run(cli: Cli) -> Result<()> {
                         dim,
                         num_queries,
                         metric: metric.into(),
-                        kinds: types.iter().map(|t| t.kind(sub_vectors)).collect(),
+                        kinds: types
+                            .iter()
+                            .flat_map(|t| match t {
+                                IndexTypeArg::IvfRq => bits
+                                    .iter()
+                                    .map(|&b| t.kind(sub_vectors, b))
+                                    .collect::<Vec<_>>(),
+                                _ => vec![t.kind(sub_vectors, 0)],
+                            })
+                            .collect(),
                         partitions,
                         nprobes,
                         k,

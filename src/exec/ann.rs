@@ -5,8 +5,9 @@
 //! [`rank_partitions`] (one kernel call for any number of queries),
 //! [`score_partition`] (flat/SQ through the dot kernel) with
 //! [`push_scored`] (bound test, the query's row test and heap push),
-//! [`scan_pq_partition`] (PQ: quantized-table screen, then float lookup
-//! tables into the heap) and [`refine`] (exact rerank).
+//! [`scan_code_partition`] (PQ: quantized-table screen, then float lookup
+//! tables into the heap; RaBitQ: the 1-bit estimate's screen with its error
+//! bound, then the full estimate) and [`refine`] (exact rerank).
 //! [`search_per_query`] is the reference single-query path: each query
 //! ranks centroids, probes its partitions, merges segments and the exact
 //! scan of unindexed fragments, on its own.
@@ -20,6 +21,7 @@ use crate::exec::profile::{ms_since, Profile};
 use crate::index::ivf::{coarse_metric, LoadedSegment};
 use crate::index::partition::{Partition, Payload};
 use crate::index::pq::{scan_codes, ProductQuantizer, ScanSink, CODES};
+use crate::index::rq::{scan_rq_codes, RqQuery};
 use crate::index::PartitionCache;
 use crate::kernel::lookup::{LookupKernel, LookupTable};
 use crate::kernel::{dot_blocks, dot_code_blocks, fma_dot, Kernel, Metric, PreparedQueries, BLOCK};
@@ -91,23 +93,44 @@ pub fn rank_partitions(
         .collect()
 }
 
-/// One query's PQ tables for a segment: the float ADC table
-/// ([`ProductQuantizer::query_table`], `m × 256`) and its quantized screen.
-pub struct PqQuery {
-    table: Vec<f32>,
-    screen: Option<LookupTable>,
+/// One query's tables for a segment scanned query by query: PQ's float
+/// ADC table ([`ProductQuantizer::query_table`], `m × 256`) and its
+/// quantized screen, or RaBitQ's rotated query and plane table.
+pub enum CodeQuery {
+    /// IVF_PQ.
+    Pq {
+        /// The float ADC table.
+        table: Vec<f32>,
+        /// Its quantized screen.
+        screen: Option<LookupTable>,
+    },
+    /// IVF_RQ.
+    Rq(RqQuery),
 }
 
-impl PqQuery {
+impl CodeQuery {
     /// The tables of query `q` (prepared for the metric) for `seg`; `None`
     /// for flat and SQ segments.
-    pub fn new(seg: &LoadedSegment, metric: Metric, q: &[f32]) -> Option<PqQuery> {
+    pub fn new(seg: &LoadedSegment, metric: Metric, q: &[f32]) -> Option<CodeQuery> {
+        if let Some(rq) = &seg.model.rq {
+            return Some(CodeQuery::Rq(rq.query(metric, q)));
+        }
         let pq = seg.model.pq.as_ref()?;
         let mut table = vec![0.0f32; pq.m * CODES];
         pq.query_table(metric, q, &mut table);
         let screen = LookupTable::quantize(&table, pq.m);
-        Some(PqQuery { table, screen })
+        Some(CodeQuery::Pq { table, screen })
     }
+}
+
+/// What one query's scan of a code partition did, for the profile.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CodeScan {
+    /// Rows scored exactly by the codes (PQ: the float table; RaBitQ: the
+    /// full estimate).
+    pub rescored: usize,
+    /// RaBitQ: rows its screen (with the error bound) skipped.
+    pub bound_skipped: usize,
 }
 
 /// A query's heap behind its row test, as a PQ scan's sink.
@@ -134,24 +157,21 @@ impl ScanSink for HeapSink<'_> {
     }
 }
 
-/// Scans PQ partition `p` of `seg` for one query (`q`, with its tables
-/// `pq`) into `heap`: the quantized screen skips rows that cannot enter,
-/// the rest are scored with the float table and pushed as
-/// [`push_scored`] would. Returns the rows scored with the float table.
+/// Scans PQ or RaBitQ partition `p` of `seg` for one query (`q`, with its
+/// tables `cq`) into `heap`: the screen skips rows that cannot enter (PQ:
+/// exactly; RaBitQ: by the 1-bit estimate's error bound), the rest are
+/// scored and pushed as [`push_scored`] would.
 #[allow(clippy::too_many_arguments)]
-pub fn scan_pq_partition(
+pub fn scan_code_partition(
     seg: &LoadedSegment,
     p: u32,
     part: &Partition,
     metric: Metric,
     q: &[f32],
-    pq: &PqQuery,
+    cq: &CodeQuery,
     test: RowTest<'_>,
     heap: &mut TopK,
-) -> Result<usize> {
-    let Payload::Pq { codes, terms } = &part.payload else {
-        return Err(Error::Internal(format!("partition {p} holds no PQ codes")));
-    };
+) -> Result<CodeScan> {
     let dim = seg.model.dim;
     let c = &seg.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
     let constant = ProductQuantizer::query_constant(metric, q, c);
@@ -160,15 +180,37 @@ pub fn scan_pq_partition(
         test,
         row_ids: &part.row_ids,
     };
-    Ok(scan_codes(
-        &pq.table,
-        pq.screen.as_ref(),
-        LookupKernel::detect(),
-        codes,
-        constant,
-        terms,
-        &mut sink,
-    ))
+    match (&part.payload, cq, &seg.model.rq) {
+        (Payload::Pq { codes, terms }, CodeQuery::Pq { table, screen }, _) => Ok(CodeScan {
+            rescored: scan_codes(
+                table,
+                screen.as_ref(),
+                LookupKernel::detect(),
+                codes,
+                constant,
+                terms,
+                &mut sink,
+            ),
+            bound_skipped: 0,
+        }),
+        (Payload::Rq(codes), CodeQuery::Rq(query), Some(rq)) => {
+            let counts = scan_rq_codes(
+                rq,
+                query,
+                LookupKernel::detect(),
+                codes,
+                constant,
+                &mut sink,
+            );
+            Ok(CodeScan {
+                rescored: counts.rescored,
+                bound_skipped: counts.bound_skipped,
+            })
+        }
+        _ => Err(Error::Internal(format!(
+            "partition {p} does not hold the codes its segment's model scans"
+        ))),
+    }
 }
 
 /// Queries as a flat or SQ segment's partitions are scored with, once per
@@ -267,8 +309,8 @@ pub fn score_partition(
             }
             Ok(stride)
         }
-        Payload::Pq { .. } => Err(Error::Internal(format!(
-            "partition {p} holds PQ codes, which scan_pq_partition scans"
+        Payload::Pq { .. } | Payload::Rq(_) => Err(Error::Internal(format!(
+            "partition {p} holds PQ or RaBitQ codes, which scan_code_partition scans"
         ))),
     }
 }
@@ -404,6 +446,7 @@ pub fn search_per_query(
         profile.bytes_read += p.bytes_read;
         profile.rows_scored += p.rows_scored;
         profile.rows_rescored += p.rows_rescored;
+        profile.rows_bound_skipped += p.rows_bound_skipped;
         profile.refine_rows_read += p.refine_rows_read;
         profile.rank_ms += p.rank_ms;
     }
@@ -437,7 +480,7 @@ fn search_one(
     let mut heap = TopK::new(batch.index_depth(qi));
     let mut scores = Vec::new();
     for seg in &view.segments {
-        let pq = PqQuery::new(seg, batch.metric, q);
+        let cq = CodeQuery::new(seg, batch.metric, q);
         let mut kernel_queries = None;
         let (min, limit) = probe_bounds(batch, qi);
         let adaptive = matches!(spec.nprobes, Nprobes::Adaptive { .. });
@@ -466,9 +509,11 @@ fn search_one(
                 None => None,
             };
             let test = admission.test(bits.as_deref());
-            if let Some(pq) = &pq {
-                profile.rows_rescored +=
-                    scan_pq_partition(seg, p, &part, batch.metric, q, pq, test, &mut heap)? as u64;
+            if let Some(cq) = &cq {
+                let scan =
+                    scan_code_partition(seg, p, &part, batch.metric, q, cq, test, &mut heap)?;
+                profile.rows_rescored += scan.rescored as u64;
+                profile.rows_bound_skipped += scan.bound_skipped as u64;
             } else {
                 let kq = kernel_queries
                     .get_or_insert_with(|| KernelQueries::new(seg, &one.queries, &[0]));

@@ -36,10 +36,15 @@ pub struct Profile {
     pub bytes_read: u64,
     /// (query, row) pairs in the partitions and fragments scanned.
     pub rows_scored: u64,
-    /// Of those, in IVF_PQ partitions, the pairs scored with the float
-    /// table: the quantized screen could not rule them out, or the heap
-    /// had no threshold yet to screen against.
+    /// Of those, in IVF_PQ and IVF_RQ partitions, the pairs scored in
+    /// full (PQ: the float table; RaBitQ: the `bits`-bit estimate): the
+    /// screen could not rule them out, or the heap had no threshold yet.
     pub rows_rescored: u64,
+    /// In IVF_RQ partitions, the pairs the screen skipped: the 1-bit
+    /// estimate less its error bound (one bit: its exact lower bound) was
+    /// above the query's threshold. (IVF_PQ's skips are `rows_scored −
+    /// rows_rescored` less filtered rows.)
+    pub rows_bound_skipped: u64,
     /// Adaptive-probing rounds (all segments).
     pub adaptive_rounds: u64,
     /// Distinct partitions loaded in each adaptive round, in order.
@@ -84,7 +89,7 @@ impl Profile {
              filter cache hits {}\n\
              (query, partition) pairs {}  distinct partitions {}  cache hits {} misses {}  bytes read {}\n\
              adaptive rounds {} (partitions loaded per round {:?})  refine rows read {}\n\
-             rows scored {} (PQ rows scored with the float table {})\n\
+             rows scored {} (PQ/RQ rows scored in full {}, RQ rows skipped by the bound {})\n\
              time: rank {:.2} ms  scan {:.2} ms  merge {:.2} ms  materialise {:.2} ms",
             self.queries,
             self.distinct_filters,
@@ -102,6 +107,7 @@ impl Profile {
             self.refine_rows_read,
             self.rows_scored,
             self.rows_rescored,
+            self.rows_bound_skipped,
             self.rank_ms,
             self.scan_ms,
             self.merge_ms,

@@ -8,12 +8,14 @@
 //! * IVF_FLAT / IVF_SQ, partition-major: a partition is scored for all of
 //!   its queries in kernel calls of up to 16 queries (the register tiles
 //!   reuse each loaded vector across queries — the compute win).
-//! * IVF_PQ, in blocks of 64 queries: the block's distinct partitions are
-//!   fetched once, then scanned query by query ([`scan_pq_partition`]: the
-//!   quantized-table screen, the float table for the rows it cannot rule
-//!   out), so each query's tables stay in L1 while its partitions stream
-//!   past (a table lookup per code byte gains nothing from sharing; the
-//!   load does).
+//! * IVF_PQ and IVF_RQ, in blocks of 64 queries: the block's distinct
+//!   partitions are fetched once, then scanned query by query
+//!   ([`scan_code_partition`]: the quantized-table screen, the float table
+//!   for the rows it cannot rule out), so each query's tables stay in L1
+//!   while its partitions stream past (a table lookup per code byte gains
+//!   nothing from sharing; the load does). Query by query also keeps each
+//!   query's heap, and so RaBitQ's threshold-dependent screen, in the
+//!   order of its single-query walk.
 //!
 //! Each query brings its own options: k, offset, filter (and mode),
 //! nprobes and refine factor. Per partition, each distinct prefilter of its
@@ -44,8 +46,8 @@
 
 use crate::error::{Error, Result};
 use crate::exec::ann::{
-    probe_bounds, push_scored, rank_partitions, scan_pq_partition, score_partition, unindexed,
-    IndexView, KernelQueries, PqQuery,
+    probe_bounds, push_scored, rank_partitions, scan_code_partition, score_partition, unindexed,
+    CodeQuery, IndexView, KernelQueries,
 };
 use crate::exec::exact;
 use crate::exec::prefilter::Admission;
@@ -59,7 +61,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// Queries per block of a PQ segment's scan.
+/// Queries per block of a PQ or RaBitQ segment's scan.
 const PQ_QUERY_BLOCK: usize = 64;
 
 /// Queries of one partition scored per kernel call (keeps the score matrix
@@ -77,6 +79,7 @@ struct Loads {
     bytes: AtomicU64,
     scored: AtomicU64,
     rescored: AtomicU64,
+    bound_skipped: AtomicU64,
 }
 
 impl Loads {
@@ -100,6 +103,7 @@ impl Loads {
         profile.bytes_read += self.bytes.into_inner();
         profile.rows_scored += self.scored.into_inner();
         profile.rows_rescored += self.rescored.into_inner();
+        profile.rows_bound_skipped += self.bound_skipped.into_inner();
     }
 }
 
@@ -140,7 +144,7 @@ pub fn search_shared(
         let loads = Loads::default();
         let probes = resolve_probes(view, seg, batch, admission, ranked, &loads, profile)?;
         profile.pairs_probed += probes.iter().map(|r| r.len() as u64).sum::<u64>();
-        if seg.model.pq.is_some() {
+        if seg.model.query_major() {
             for lo in (0..n).step_by(PQ_QUERY_BLOCK) {
                 let hi = (lo + PQ_QUERY_BLOCK).min(n);
                 let scan = SegmentScan {
@@ -437,7 +441,7 @@ impl Drop for ShareTimer<'_> {
     }
 }
 
-/// PQ segments, queries `block`: fetch the block's distinct partitions once
+/// PQ and RaBitQ segments, queries `block`: fetch the block's distinct partitions once
 /// (with their prefilter bits), then score query by query.
 fn scan_pq_block(
     scan: &SegmentScan<'_, '_>,
@@ -506,8 +510,9 @@ fn scan_pq_block(
         while let Some(qi) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|qi| *qi < block.end)
         {
             let q = batch.queries.row(qi);
-            let pq = PqQuery::new(seg, batch.metric, q)
-                .ok_or_else(|| Error::Internal("PQ scan of a segment without PQ".into()))?;
+            let cq = CodeQuery::new(seg, batch.metric, q).ok_or_else(|| {
+                Error::Internal("code scan of a segment without PQ or RaBitQ".into())
+            })?;
             let mut heap = match carried[qi - block.start].lock() {
                 Ok(mut h) => std::mem::replace(&mut *h, TopK::new(0)),
                 Err(_) => return Err(Error::Internal("a scan thread panicked".into())),
@@ -518,10 +523,15 @@ fn scan_pq_block(
                     .as_ref()
                     .ok_or_else(|| Error::Internal(format!("partition {p} was not fetched")))?;
                 let test = admission.test(bits.of(batch.prefilter(qi)));
-                let rescored =
-                    scan_pq_partition(seg, p, part, batch.metric, q, &pq, test, &mut heap)?;
+                let scan =
+                    scan_code_partition(seg, p, part, batch.metric, q, &cq, test, &mut heap)?;
                 loads.scored.fetch_add(part.len() as u64, Ordering::Relaxed);
-                loads.rescored.fetch_add(rescored as u64, Ordering::Relaxed);
+                loads
+                    .rescored
+                    .fetch_add(scan.rescored as u64, Ordering::Relaxed);
+                loads
+                    .bound_skipped
+                    .fetch_add(scan.bound_skipped as u64, Ordering::Relaxed);
             }
             out.push((qi, heap));
         }

@@ -33,13 +33,15 @@ pub const MAX_SAMPLE_PER_PARTITION: usize = 65_536;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexBody {
-    /// `ivf_flat`, `ivf_pq` or `ivf_sq`.
+    /// `ivf_flat`, `ivf_pq`, `ivf_sq` or `ivf_rq`.
     #[serde(rename = "type")]
     pub kind: Option<String>,
     /// Number of partitions (k-means centroids).
     pub partitions: Option<usize>,
     /// PQ sub-vectors (bytes per code; `ivf_pq` only, divides the dimension).
     pub sub_vectors: Option<usize>,
+    /// RaBitQ bits per dimension (`ivf_rq` only; 1 to 8, default 4).
+    pub bits: Option<usize>,
     /// Vector column (the only one when left out).
     pub column: Option<String>,
     /// Training rows per partition (default 256).
@@ -86,11 +88,17 @@ impl IndexBody {
                 "'optimize' is false and no 'type' is given: nothing to do",
             ));
         }
+        if self.bits.is_some() && self.kind.as_deref() != Some("ivf_rq") {
+            return Err(bad("'bits' applies to ivf_rq only"));
+        }
         let kind =
             match (self.kind.as_deref(), self.sub_vectors) {
                 (None, _) => return Err(bad(
-                    "'type' is required: ivf_flat, ivf_pq or ivf_sq (or send {\"optimize\": true})",
+                    "'type' is required: ivf_flat, ivf_pq, ivf_sq or ivf_rq (or send {\"optimize\": true})",
                 )),
+                (Some("ivf_rq"), None) => IndexKind::IvfRq {
+                    bits: self.bits.unwrap_or(IndexKind::DEFAULT_RQ_BITS),
+                },
                 (Some("ivf_flat"), None) => IndexKind::IvfFlat,
                 (Some("ivf_sq"), None) => IndexKind::IvfSq,
                 (Some("ivf_pq"), Some(sub_vectors)) => IndexKind::IvfPq { sub_vectors },
@@ -99,12 +107,12 @@ impl IndexBody {
                         "ivf_pq needs 'sub_vectors' (bytes per code; divides the dimension)",
                     ))
                 }
-                (Some("ivf_flat" | "ivf_sq"), Some(_)) => {
+                (Some("ivf_flat" | "ivf_sq" | "ivf_rq"), Some(_)) => {
                     return Err(bad("'sub_vectors' applies to ivf_pq only"))
                 }
                 (Some(other), _) => {
                     return Err(Error::InvalidArgument(format!(
-                        "unknown index type '{}' (ivf_flat, ivf_pq, ivf_sq)",
+                        "unknown index type '{}' (ivf_flat, ivf_pq, ivf_sq, ivf_rq)",
                         other.escape_debug()
                     )))
                 }

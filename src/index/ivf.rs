@@ -1,12 +1,14 @@
 //! IVF index segments: training, building, and loading.
 //!
 //! A segment covers a set of fragments of one vector column. It holds the
-//! coarse centroids, the quantizer (PQ codebooks or SQ ranges), and one
+//! coarse centroids, the quantizer (PQ codebooks, SQ ranges or the RaBitQ
+//! rotation), and one
 //! partition record per centroid (see [`partition`](crate::index::partition)):
 //!
 //! ```text
 //! indices/<segment-id>/segment.json    directory: offset, length, rows per partition; model checksum
-//! indices/<segment-id>/model.bin       centroids (f32, partitions × dim), then PQ codebooks or SQ min/step
+//! indices/<segment-id>/model.bin       centroids (f32, partitions × dim), then PQ codebooks, SQ min/step
+//!                                      or the RaBitQ rotation (D' × dim)
 //! indices/<segment-id>/partitions.bin  the partition records
 //! ```
 //!
@@ -21,6 +23,7 @@ use crate::index::partition::{
     read_partition, ExpectedRecord, Partition, PartitionWriter, Payload, RecordKind,
 };
 use crate::index::pq::ProductQuantizer;
+use crate::index::rq::RabitQuantizer;
 use crate::index::sq::ScalarQuantizer;
 use crate::kernel::{Metric, PreparedQueries, VectorBlocks};
 pub use crate::storage::index_meta::{IndexKind, IndexParams, IndexSegmentMeta};
@@ -70,6 +73,16 @@ pub struct IvfModel {
     pub pq: Option<ProductQuantizer>,
     /// SQ ranges (IVF_SQ); shared with every loaded SQ partition.
     pub sq: Option<Arc<ScalarQuantizer>>,
+    /// The RaBitQ rotation and code width (IVF_RQ).
+    pub rq: Option<Arc<RabitQuantizer>>,
+}
+
+impl IvfModel {
+    /// Whether partitions hold codes scanned query by query (PQ, RaBitQ)
+    /// rather than vectors or SQ codes scored partition-major.
+    pub fn query_major(&self) -> bool {
+        self.pq.is_some() || self.rq.is_some()
+    }
 }
 
 /// The metric partitions are assigned and ranked by.
@@ -200,6 +213,7 @@ fn train_model(
     let mut centroid_rows =
         kmeans::train(sample, dim, &kparams, &mut |i, t| progress("k-means", i, t));
     let mut centroids = VectorBlocks::from_rows(dim, &centroid_rows);
+    let mut rq = None;
     let (pq, sq) = match params.kind {
         IndexKind::IvfFlat => (None, None),
         IndexKind::IvfSq => (
@@ -209,6 +223,18 @@ fn train_model(
                 dim,
             ))),
         ),
+        IndexKind::IvfRq { bits } => {
+            if metric == Metric::Cosine {
+                // Residuals to the partition means of the unit rows are
+                // smaller than to the unit centroids (as for PQ).
+                let assigned = kmeans::assign(sample, dim, &centroids, coarse_metric(metric));
+                let input = quantizer_input(metric, dim, sample);
+                centroid_rows = partition_means(&input, dim, &assigned, centroid_rows);
+                centroids = VectorBlocks::from_rows(dim, &centroid_rows);
+            }
+            rq = Some(Arc::new(RabitQuantizer::new(dim, bits, params.seed)));
+            (None, None)
+        }
         IndexKind::IvfPq { sub_vectors } => {
             let mut assigned = kmeans::assign(sample, dim, &centroids, coarse_metric(metric));
             let input = quantizer_input(metric, dim, sample);
@@ -241,6 +267,7 @@ fn train_model(
         centroids,
         pq,
         sq,
+        rq,
     })
 }
 
@@ -295,7 +322,19 @@ fn model_bytes(model: &IvfModel) -> Vec<u8> {
         put(&sq.min);
         put(&sq.step);
     }
+    if let Some(rq) = &model.rq {
+        put(&rq.rotation_rows);
+    }
     out
+}
+
+/// Bytes per row a record kind stores as a code (the encoder's buffer).
+fn kind_code_len(kind: RecordKind, dim: usize) -> usize {
+    match kind {
+        RecordKind::Flat | RecordKind::Sq => dim,
+        RecordKind::Pq { m } => m,
+        RecordKind::Rq { bits, padded } => crate::index::rq::code_len(bits, padded),
+    }
 }
 
 /// Checks build parameters against the data.
@@ -320,6 +359,14 @@ pub fn validate_params(params: &IndexParams, dim: usize, rows: u64) -> Result<()
         if sub_vectors == 0 || !dim.is_multiple_of(sub_vectors) {
             return Err(Error::InvalidArgument(format!(
                 "sub-vectors must divide the dimension {dim}; {sub_vectors} does not"
+            )));
+        }
+    }
+    if let IndexKind::IvfRq { bits } = params.kind {
+        if !(1..=crate::index::rq::MAX_BITS).contains(&bits) {
+            return Err(Error::InvalidArgument(format!(
+                "bits must be 1 to {} for ivf_rq; got {bits}",
+                crate::index::rq::MAX_BITS
             )));
         }
     }
@@ -367,26 +414,51 @@ pub fn build_segment(
     // Pass 2: encode each row and write it at its partition's place.
     let dir = root.join(INDICES_DIR).join(&id);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let kind = match (&model.pq, &model.sq) {
-        (Some(pq), _) => RecordKind::Pq { m: pq.m },
-        (None, Some(_)) => RecordKind::Sq,
-        (None, None) => RecordKind::Flat,
+    let kind = match (&model.pq, &model.sq, &model.rq) {
+        (Some(pq), _, _) => RecordKind::Pq { m: pq.m },
+        (None, Some(_), _) => RecordKind::Sq,
+        (None, None, Some(rq)) => RecordKind::Rq {
+            bits: rq.bits,
+            padded: rq.padded,
+        },
+        (None, None, None) => RecordKind::Flat,
     };
     let mut writer = PartitionWriter::create(&dir.join("partitions.bin"), kind, dim, &counts)?;
     let mut next = 0usize;
     let mut residual = vec![0.0f32; dim];
-    let mut code = vec![0u8; model.pq.as_ref().map_or(dim, |pq| pq.m)];
+    let mut code = vec![0u8; kind_code_len(kind, dim)];
     for_each_visible(fragments, column, dim, metric, |ids, rows| {
         let quant_in = if kind == RecordKind::Flat {
             Vec::new()
         } else {
             quantizer_input(metric, dim, rows)
         };
+        // RaBitQ: every row's residual rotated in one kernel call.
+        let rotated = match &model.rq {
+            Some(rq) => {
+                let mut residuals = quant_in.clone();
+                for (k, row) in residuals.chunks_exact_mut(dim).enumerate() {
+                    let p = assigned[next + k] as usize;
+                    let c = &model.centroid_rows[p * dim..(p + 1) * dim];
+                    for (r, y) in row.iter_mut().zip(c) {
+                        *r -= y;
+                    }
+                }
+                rq.rotate(&residuals)
+            }
+            None => Vec::new(),
+        };
         for (k, &row_id) in ids.iter().enumerate() {
             let p = assigned[next] as usize;
             next += 1;
             let row = k * dim..(k + 1) * dim;
             match (&model.pq, &model.sq) {
+                _ if model.rq.is_some() => {
+                    if let Some(rq) = &model.rq {
+                        rq.encode_rotated(&rotated[k * rq.padded..(k + 1) * rq.padded], &mut code);
+                    }
+                    writer.push_code(p, row_id, &code)?;
+                }
                 (Some(pq), _) => {
                     let c = &model.centroid_rows[p * dim..(p + 1) * dim];
                     for ((r, x), y) in residual.iter_mut().zip(&quant_in[row]).zip(c) {
@@ -507,8 +579,19 @@ impl LoadedSegment {
         };
         let centroid_rows = take(0, nlist * dim)?;
         let mut at = nlist * dim;
+        let mut rq = None;
         let (pq, sq) = match meta.params.kind {
             IndexKind::IvfFlat => (None, None),
+            IndexKind::IvfRq { bits } => {
+                let n = crate::index::rq::padded_dim(dim) * dim;
+                let rotation = take(at, n)?;
+                at += n;
+                rq = Some(Arc::new(
+                    RabitQuantizer::from_parts(dim, bits, rotation)
+                        .ok_or_else(|| Error::corrupt(&mpath, "RaBitQ model does not fit"))?,
+                ));
+                (None, None)
+            }
             IndexKind::IvfPq { sub_vectors } => {
                 let n = dim * crate::index::pq::CODES;
                 let codebook = take(at, n)?;
@@ -560,6 +643,7 @@ impl LoadedSegment {
                 centroid_rows,
                 pq,
                 sq,
+                rq,
             },
             key: Arc::from(dir.to_string_lossy().as_ref()),
             format: directory.format,
@@ -567,6 +651,10 @@ impl LoadedSegment {
                 IndexKind::IvfFlat => RecordKind::Flat,
                 IndexKind::IvfSq => RecordKind::Sq,
                 IndexKind::IvfPq { sub_vectors } => RecordKind::Pq { m: sub_vectors },
+                IndexKind::IvfRq { bits } => RecordKind::Rq {
+                    bits,
+                    padded: crate::index::rq::padded_dim(dim),
+                },
             },
             directory: directory.partitions,
             path: ppath,
@@ -607,6 +695,11 @@ impl LoadedSegment {
                 let dim = self.model.dim;
                 let c = &self.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
                 *terms = pq.row_terms(self.meta.metric, c, codes);
+            }
+            if let (Payload::Rq(codes), Some(rq)) = (&mut part.payload, &self.model.rq) {
+                let dim = self.model.dim;
+                let c = &self.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
+                rq.prepare(self.meta.metric, c, codes);
             }
             Ok((part, entry.len))
         })

@@ -1,4 +1,4 @@
-//! Vector index structures: k-means, IVF segments, PQ and SQ quantizers,
+//! Vector index structures: k-means, IVF segments, PQ, SQ and RaBitQ quantizers,
 //! partition files and the partition cache.
 
 pub(crate) mod cache;
@@ -6,6 +6,7 @@ pub(crate) mod ivf;
 pub(crate) mod kmeans;
 pub(crate) mod partition;
 pub(crate) mod pq;
+pub(crate) mod rq;
 pub(crate) mod sq;
 
 pub use cache::{CacheCounters, PartitionCache};

@@ -12,6 +12,9 @@
 //!                    flat: norms (f32 × rows, padded to 64) + block-transposed vectors
 //!                    sq:   codes (u8 × rows × dim)
 //!                    pq:   codes (u8 × rows × m)
+//!                    rq:   per row: `bits` bit planes of D'/8 bytes, then
+//!                          ‖r‖, Σ|x_i| and (bits > 1) ⟨y, x⟩ as f32
+//!                          (see [`rq`](crate::index::rq))
 //! ```
 //!
 //! The segment's `segment.json` lists each record's offset, length and
@@ -23,6 +26,7 @@
 
 use crate::error::{Error, Result};
 use crate::index::pq::RowTerms;
+use crate::index::rq::{self, RabitQuantizer, RqCodes};
 use crate::index::sq::ScalarQuantizer;
 use crate::kernel::lookup::CodeColumns;
 use crate::kernel::{fma_dot, CodeBlocks, Lanes, VectorBlocks, BLOCK};
@@ -60,6 +64,9 @@ pub enum Payload {
         /// computed when the partition is loaded.
         terms: RowTerms,
     },
+    /// RaBitQ codes (IVF_RQ): bit planes in blocks of 64 rows and the
+    /// per-row factors, with the l2 centroid terms filled in at load.
+    Rq(RqCodes),
 }
 
 /// One partition in memory.
@@ -89,6 +96,7 @@ impl Partition {
                 Payload::Flat(v) => v.size_bytes(),
                 Payload::Sq { codes, .. } => codes.size_bytes(),
                 Payload::Pq { codes, terms } => codes.size_bytes() + terms.size_bytes(),
+                Payload::Rq(codes) => codes.size_bytes(),
             }
             + 64
     }
@@ -103,6 +111,8 @@ pub enum EncodedRows<'a> {
     Sq(&'a [u8]),
     /// PQ codes, `m` bytes per row.
     Pq(&'a [u8], usize),
+    /// RaBitQ records, `rq::code_len(bits, padded)` bytes per row.
+    Rq(&'a [u8], usize, usize),
 }
 
 #[cfg(test)]
@@ -156,6 +166,13 @@ pub enum RecordKind {
         /// Bytes per code.
         m: usize,
     },
+    /// RaBitQ records ([`rq::code_len`] bytes per row).
+    Rq {
+        /// Bits per rotated dimension.
+        bits: usize,
+        /// The rotation's dimension.
+        padded: usize,
+    },
 }
 
 impl RecordKind {
@@ -164,6 +181,7 @@ impl RecordKind {
             RecordKind::Flat => (0, 0),
             RecordKind::Sq => (1, dim as u32),
             RecordKind::Pq { m } => (2, m as u32),
+            RecordKind::Rq { bits, padded } => (3, rq::code_len(bits, padded) as u32),
         }
     }
 }
@@ -190,6 +208,7 @@ impl RecordLayout {
             ),
             RecordKind::Sq => (0, (rows * dim) as u64),
             RecordKind::Pq { m } => (0, (rows * m) as u64),
+            RecordKind::Rq { bits, padded } => (0, (rows * rq::code_len(bits, padded)) as u64),
         };
         RecordLayout {
             offset,
@@ -419,6 +438,10 @@ pub fn encode_partition(
             body.extend_from_slice(codes);
             (2, m as u32)
         }
+        EncodedRows::Rq(codes, bits, padded) => {
+            body.extend_from_slice(codes);
+            (3, rq::code_len(bits, padded) as u32)
+        }
     };
     pad64(&mut body);
     let mut out = header_bytes(
@@ -577,6 +600,13 @@ pub fn read_partition(
                 terms: RowTerms::default(),
             }
         }
+        RecordKind::Rq { bits, padded } => {
+            need(ids_len + rows * code_len)?;
+            Payload::Rq(
+                RabitQuantizer::split_rows(bits, padded, &rest[..rows * code_len])
+                    .ok_or_else(|| corrupt("sizes".into()))?,
+            )
+        }
     };
     Ok(Partition { row_ids, payload })
 }
@@ -592,15 +622,19 @@ mod tests {
     fn the_streaming_writer_matches_encode_partition_byte_for_byte() {
         let dim = 5;
         let sizes = [0usize, 1, 15, 16, 17, 300, 3];
-        for kind in [RecordKind::Flat, RecordKind::Sq, RecordKind::Pq { m: 3 }] {
+        for kind in [
+            RecordKind::Flat,
+            RecordKind::Sq,
+            RecordKind::Pq { m: 3 },
+            RecordKind::Rq {
+                bits: 2,
+                padded: 64,
+            },
+        ] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("partitions.bin");
             let mut w = PartitionWriter::create(&path, kind, dim, &sizes).unwrap();
-            let code_len = match kind {
-                RecordKind::Flat => 0,
-                RecordKind::Sq => dim,
-                RecordKind::Pq { m } => m,
-            };
+            let code_len = kind.tag(dim).1 as usize;
             type Row = (u64, Vec<f32>, Vec<u8>);
             let mut rows: Vec<Vec<Row>> = vec![Vec::new(); sizes.len()];
             let mut left = sizes.to_vec();
@@ -633,6 +667,7 @@ mod tests {
                     RecordKind::Flat => EncodedRows::Flat(&blocks),
                     RecordKind::Sq => EncodedRows::Sq(&codes),
                     RecordKind::Pq { m } => EncodedRows::Pq(&codes, m),
+                    RecordKind::Rq { bits, padded } => EncodedRows::Rq(&codes, bits, padded),
                 };
                 let bytes = encode_partition(p as u32, dim, &ids, rec);
                 assert_eq!(

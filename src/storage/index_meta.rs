@@ -21,15 +21,26 @@ pub enum IndexKind {
     },
     /// 8-bit scalar quantization per dimension.
     IvfSq,
+    /// RaBitQ: a seeded random rotation, then `bits` bits per rotated
+    /// dimension with per-row factors that make the code an estimator with
+    /// an error bound.
+    IvfRq {
+        /// Bits per dimension, 1 to 8.
+        bits: usize,
+    },
 }
 
 impl IndexKind {
-    /// Short name (`ivf_flat`, `ivf_pq`, `ivf_sq`).
+    /// RaBitQ bits per dimension when none are given.
+    pub const DEFAULT_RQ_BITS: usize = 4;
+
+    /// Short name (`ivf_flat`, `ivf_pq`, `ivf_sq`, `ivf_rq`).
     pub fn name(&self) -> &'static str {
         match self {
             IndexKind::IvfFlat => "ivf_flat",
             IndexKind::IvfPq { .. } => "ivf_pq",
             IndexKind::IvfSq => "ivf_sq",
+            IndexKind::IvfRq { .. } => "ivf_rq",
         }
     }
 }

@@ -281,6 +281,11 @@ fn damaged_files_of_a_pq_index_dataset_are_corrupt_or_harmless() {
     damage_every_file(IndexKind::IvfPq { sub_vectors: 4 });
 }
 
+#[test]
+fn damaged_files_of_an_rq_index_dataset_are_corrupt_or_harmless() {
+    damage_every_file(IndexKind::IvfRq { bits: 2 });
+}
+
 /// Format 1 manifests (written before checksums) still open, and their
 /// fragments are read unchecked — the one case a damaged byte can pass.
 #[test]

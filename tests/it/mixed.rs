@@ -11,10 +11,11 @@ use shoal::{IndexKind, IndexParams};
 use std::sync::OnceLock;
 
 const DIM: usize = 16;
-const KINDS: [IndexKind; 3] = [
+const KINDS: [IndexKind; 4] = [
     IndexKind::IvfFlat,
     IndexKind::IvfPq { sub_vectors: 4 },
     IndexKind::IvfSq,
+    IndexKind::IvfRq { bits: 1 },
 ];
 const METRICS: [Metric; 3] = [Metric::L2, Metric::Cosine, Metric::Dot];
 
@@ -41,7 +42,7 @@ struct Fixture {
 /// Fragments 0–1 in a trained segment, 2 in a delta segment, 3 unindexed;
 /// deletions in several fragments.
 fn fixture(kind: usize, metric: usize) -> &'static Fixture {
-    static CELLS: [[OnceLock<Fixture>; 3]; 3] = [const { [const { OnceLock::new() }; 3] }; 3];
+    static CELLS: [[OnceLock<Fixture>; 3]; 4] = [const { [const { OnceLock::new() }; 3] }; 4];
     CELLS[kind][metric].get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let (mut ds, mut rows) = build(
@@ -117,7 +118,7 @@ fn alone(ds: &Dataset, batch: &BatchQuery, i: usize, mode: SearchMode) -> (Rows,
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 30, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
 
     /// Every query of a mixed batch — its own filter (or none), filter mode,
     /// k, offset, fixed or adaptive nprobes, refine factor and projection —
@@ -127,7 +128,7 @@ proptest! {
     /// deletions; exact batches likewise.
     #[test]
     fn each_query_of_a_mixed_batch_gets_what_it_gets_alone(
-        kind in 0usize..3,
+        kind in 0usize..4,
         metric in 0usize..3,
         seed in any::<u64>(),
         size in 1usize..90,

@@ -16,17 +16,18 @@ struct Fixture {
     rows: Vec<Row>,
 }
 
-const KINDS: [IndexKind; 3] = [
+const KINDS: [IndexKind; 4] = [
     IndexKind::IvfFlat,
     IndexKind::IvfPq { sub_vectors: 4 },
     IndexKind::IvfSq,
+    IndexKind::IvfRq { bits: 3 },
 ];
 const METRICS: [Metric; 3] = [Metric::L2, Metric::Cosine, Metric::Dot];
 
 /// Fragments 0–1 in a trained segment, 2 in a delta segment, 3 unindexed;
 /// deletions in several fragments.
 fn fixture(kind: usize, metric: usize) -> &'static Fixture {
-    static CELLS: [[OnceLock<Fixture>; 3]; 3] = [const { [const { OnceLock::new() }; 3] }; 3];
+    static CELLS: [[OnceLock<Fixture>; 3]; 4] = [const { [const { OnceLock::new() }; 3] }; 4];
     CELLS[kind][metric].get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let dim = 16;
@@ -58,11 +59,11 @@ fn fixture(kind: usize, metric: usize) -> &'static Fixture {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 36, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn shared_scan_results_are_bit_identical_to_the_single_query_path(
-        kind in 0usize..3,
+        kind in 0usize..4,
         metric in 0usize..3,
         seed in any::<u64>(),
         size in 1usize..300,
@@ -272,6 +273,8 @@ fn a_lone_query_split_over_threads_answers_bit_for_bit_as_one_thread() {
         (IndexKind::IvfFlat, Metric::Cosine),
         (IndexKind::IvfSq, Metric::Dot),
         (IndexKind::IvfPq { sub_vectors: 4 }, Metric::L2),
+        (IndexKind::IvfRq { bits: 2 }, Metric::L2),
+        (IndexKind::IvfRq { bits: 1 }, Metric::Cosine),
     ] {
         let dir = tempfile::tempdir().unwrap();
         // 24,000 rows in 8 partitions: a query probing 4 scores ~12,000
