@@ -497,6 +497,37 @@ fn scan_pq_block(
     for (u, part, bits) in fetched.into_iter().flatten() {
         partitions[u] = Some((part, bits));
     }
+    // RaBitQ: the block's queries rotated in kernel calls of 16 (the dot
+    // kernel is batch invariant: the same bits as rotating one alone).
+    let rotated: Vec<Option<Vec<f32>>> = match &seg.model.rq {
+        Some(rq) => {
+            let dim = batch.queries.dim;
+            let chunks: Vec<std::ops::Range<usize>> = block
+                .clone()
+                .step_by(QUERY_GROUP)
+                .map(|lo| lo..(lo + QUERY_GROUP).min(block.end))
+                .collect();
+            let next = AtomicUsize::new(0);
+            let parts = view.pool.run(threads.min(chunks.len()), |_| {
+                let mut got = Vec::new();
+                while let Some(c) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    got.push((
+                        c.start,
+                        rq.rotate(&batch.queries.data[c.start * dim..c.end * dim]),
+                    ));
+                }
+                Ok(got)
+            })?;
+            let mut out = vec![None; block.len()];
+            for (start, z) in parts.into_iter().flatten() {
+                for (k, zq) in z.chunks_exact(rq.padded).enumerate() {
+                    out[start + k - block.start] = Some(zq.to_vec());
+                }
+            }
+            out
+        }
+        None => Vec::new(),
+    };
     // Score: queries shared out to the threads, each with its table hot.
     // Each query's heap so far (from earlier segments) goes with it, so the
     // screen starts from its threshold instead of an empty heap.
@@ -510,9 +541,15 @@ fn scan_pq_block(
         while let Some(qi) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|qi| *qi < block.end)
         {
             let q = batch.queries.row(qi);
-            let cq = CodeQuery::new(seg, batch.metric, q).ok_or_else(|| {
-                Error::Internal("code scan of a segment without PQ or RaBitQ".into())
-            })?;
+            let cq = match (
+                &seg.model.rq,
+                rotated.get(qi - block.start).cloned().flatten(),
+            ) {
+                (Some(rq), Some(z)) => CodeQuery::Rq(rq.query_rotated(batch.metric, q, z)),
+                _ => CodeQuery::new(seg, batch.metric, q).ok_or_else(|| {
+                    Error::Internal("code scan of a segment without PQ or RaBitQ".into())
+                })?,
+            };
             let mut heap = match carried[qi - block.start].lock() {
                 Ok(mut h) => std::mem::replace(&mut *h, TopK::new(0)),
                 Err(_) => return Err(Error::Internal("a scan thread panicked".into())),

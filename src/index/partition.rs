@@ -66,7 +66,7 @@ pub enum Payload {
     },
     /// RaBitQ codes (IVF_RQ): bit planes in blocks of 64 rows and the
     /// per-row factors, with the l2 centroid terms filled in at load.
-    Rq(RqCodes),
+    Rq(Box<RqCodes>),
 }
 
 /// One partition in memory.
@@ -602,10 +602,10 @@ pub fn read_partition(
         }
         RecordKind::Rq { bits, padded } => {
             need(ids_len + rows * code_len)?;
-            Payload::Rq(
+            Payload::Rq(Box::new(
                 RabitQuantizer::split_rows(bits, padded, &rest[..rows * code_len])
                     .ok_or_else(|| corrupt("sizes".into()))?,
-            )
+            ))
         }
     };
     Ok(Partition { row_ids, payload })

@@ -252,13 +252,24 @@ impl RabitQuantizer {
         }
         let pb = padded / 8;
         let rows = bytes.len() / len;
-        let mut planes = Vec::with_capacity(bits);
-        for b in 0..bits {
-            let plane: Vec<u8> = bytes
-                .chunks_exact(len)
-                .flat_map(|r| r[b * pb..(b + 1) * pb].iter().copied())
-                .collect();
-            planes.push(CodeColumns::from_rows(pb, &plane)?);
+        let sign: Vec<u8> = bytes
+            .chunks_exact(len)
+            .flat_map(|r| r[..pb].iter().copied())
+            .collect();
+        let sign = CodeColumns::from_rows(pb, &sign)?;
+        // Above one bit: each row's levels, packed for `levels_dot`.
+        let level_bytes = level_bytes(bits, padded);
+        let mut levels = Vec::with_capacity(rows * level_bytes);
+        let mut u = vec![0u8; padded];
+        for r in bytes.chunks_exact(len).filter(|_| bits > 1) {
+            u.fill(0);
+            for b in 0..bits {
+                let plane = &r[b * pb..(b + 1) * pb];
+                for (i, ui) in u.iter_mut().enumerate() {
+                    *ui |= ((plane[i / 8] >> (i % 8)) & 1) << (bits - 1 - b);
+                }
+            }
+            pack_levels(bits, &u, &mut levels);
         }
         let float = |r: &[u8], k: usize| {
             let at = bits * pb + 4 * k;
@@ -266,7 +277,9 @@ impl RabitQuantizer {
         };
         let column = |k: usize| bytes.chunks_exact(len).map(|r| float(r, k)).collect();
         Some(RqCodes {
-            planes,
+            sign,
+            levels,
+            level_bytes,
             norm: column(0),
             ip1: column(1),
             ipb: if bits > 1 { column(2) } else { Vec::new() },
@@ -307,7 +320,12 @@ impl RabitQuantizer {
     /// What a query needs to scan this segment's codes: its rotation, the
     /// plane table and the table's quantized screen.
     pub fn query(&self, metric: Metric, q: &[f32]) -> RqQuery {
-        let z = self.rotate(q);
+        self.query_rotated(metric, q, self.rotate(q))
+    }
+
+    /// [`query`](Self::query) for a query already rotated (`z = P q`, as
+    /// [`rotate`](Self::rotate) gives it for a batch: the same bits).
+    pub fn query_rotated(&self, metric: Metric, q: &[f32], z: Vec<f32>) -> RqQuery {
         let table = self.plane_table(&z);
         let screen = LookupTable::quantize(&table, self.plane_bytes());
         RqQuery {
@@ -316,6 +334,7 @@ impl RabitQuantizer {
             metric,
             table,
             screen,
+            z,
         }
     }
 
@@ -333,11 +352,11 @@ impl RabitQuantizer {
             for r in 0..codes.rows {
                 let (b, i) = (r / LOOKUP_ROWS, r % LOOKUP_ROWS);
                 c1.push(sign_dot(
-                    plane_sum(&table, codes.planes[0].block(b), i, 0.0),
+                    plane_sum(&table, codes.sign.block(b), i, 0.0),
                     sum,
                 ));
                 if self.bits > 1 {
-                    cb.push(self.grid_dot(&table, codes, r, sum));
+                    cb.push(self.grid_dot(&z, codes, r, sum));
                 }
             }
             codes.c1 = c1;
@@ -377,19 +396,162 @@ impl RabitQuantizer {
         codes.screen = screen;
     }
 
-    /// `⟨y, z⟩` of row `r` from its planes' sums in `table` (negated, of
-    /// `z`) and `Σ z`: `Σ_b 2^(bits−1−b) Σ_{bits of plane b} z − h Σ z`.
+    /// `⟨y, z⟩` of row `r` (more than one bit) from its levels, `z` and
+    /// `Σ z`: `Σ_i u_i z_i − h Σ z` ([`levels_dot`]).
     #[inline]
-    fn grid_dot(&self, table: &[f32], codes: &RqCodes, r: usize, sum: f32) -> f32 {
-        let (b, i) = (r / LOOKUP_ROWS, r % LOOKUP_ROWS);
-        let mut acc = 0.0f32;
-        for (p, plane) in codes.planes.iter().enumerate() {
-            let weight = (1u32 << (self.bits - 1 - p)) as f32;
-            acc += weight * plane_sum(table, plane.block(b), i, 0.0);
-        }
+    fn grid_dot(&self, z: &[f32], codes: &RqCodes, r: usize, sum: f32) -> f32 {
+        let row = &codes.levels[r * codes.level_bytes..(r + 1) * codes.level_bytes];
         let h = ((1u32 << self.bits) - 1) as f32 / 2.0;
-        -acc - h * sum
+        levels_dot(Kernel::detect(), row, self.bits <= 4, z) - h * sum
     }
+}
+
+/// Bytes per row of packed levels: none for one bit, two levels a byte up
+/// to four bits, a byte each above.
+fn level_bytes(bits: usize, padded: usize) -> usize {
+    match bits {
+        1 => 0,
+        2..=4 => padded / 2,
+        _ => padded,
+    }
+}
+
+/// Appends one row's levels `u` (`D'` of them) packed for [`levels_dot`]:
+/// up to four bits, per 32 dimensions 16 bytes, byte `k` holding level `k`
+/// in its low nibble and level `k + 16` in its high one; above, one byte
+/// each in order.
+fn pack_levels(bits: usize, u: &[u8], out: &mut Vec<u8>) {
+    if bits > 4 {
+        out.extend_from_slice(u);
+        return;
+    }
+    for chunk in u.chunks_exact(32) {
+        out.extend((0..16).map(|k| chunk[k] | (chunk[k + 16] << 4)));
+    }
+}
+
+/// Level `i` of a row packed by [`pack_levels`].
+#[cfg(test)]
+fn level_of(row: &[u8], nibbles: bool, i: usize) -> u8 {
+    if !nibbles {
+        return row[i];
+    }
+    let b = row[(i / 32) * 16 + i % 16];
+    if i % 32 < 16 {
+        b & 15
+    } else {
+        b >> 4
+    }
+}
+
+/// `Σ_i u_i z_i` over a row's packed levels: 16 lanes, lane `j` taking
+/// dimensions `32c + j` then `32c + 16 + j` for each chunk `c` by fused
+/// multiply-adds, the lanes added in a fixed tree — the same bits on the
+/// AVX-512 path and the scalar one (levels are exact in f32, an FMA is
+/// correctly rounded on both).
+#[inline]
+pub fn levels_dot(kernel: Kernel, row: &[u8], nibbles: bool, z: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if kernel == Kernel::Avx512 {
+        // SAFETY: the AVX-512 kernel is only chosen where AVX-512F is; the
+        // row holds the levels of `z.len()` dimensions (a multiple of 32).
+        return unsafe { levels_dot_avx512(row, nibbles, z) };
+    }
+    let _ = kernel;
+    levels_dot_fma(row, nibbles, z)
+}
+
+/// The scalar lanes, with hardware FMA where the CPU has it (the same
+/// result either way; `mul_add` is exact without it, only slower).
+fn levels_dot_fma(row: &[u8], nibbles: bool, z: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *HAS_FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma")) {
+            // SAFETY: the CPU supports FMA (checked above).
+            return unsafe { levels_dot_fma_hw(row, nibbles, z) };
+        }
+    }
+    levels_dot_lanes(row, nibbles, z)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn levels_dot_fma_hw(row: &[u8], nibbles: bool, z: &[f32]) -> f32 {
+    levels_dot_lanes(row, nibbles, z)
+}
+
+#[inline(always)]
+fn levels_dot_lanes(row: &[u8], nibbles: bool, z: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    for (c, z32) in z.chunks_exact(32).enumerate() {
+        for (j, a) in acc.iter_mut().enumerate() {
+            let (lo, hi) = if nibbles {
+                let b = row[c * 16 + j];
+                (b & 15, b >> 4)
+            } else {
+                (row[c * 32 + j], row[c * 32 + 16 + j])
+            };
+            *a = f32::from(lo).mul_add(z32[j], *a);
+            *a = f32::from(hi).mul_add(z32[16 + j], *a);
+        }
+    }
+    lane_tree(acc)
+}
+
+/// Adds 16 lanes in a fixed tree: halves, quarters, eighths, pairs.
+#[inline(always)]
+fn lane_tree(mut acc: [f32; 16]) -> f32 {
+    for width in [8, 4, 2, 1] {
+        for j in 0..width {
+            acc[j] += acc[j + width];
+        }
+    }
+    acc[0]
+}
+
+/// [`levels_dot`] on AVX-512: the same FMAs in the same lanes.
+///
+/// # Safety
+/// The CPU supports AVX-512F; `row` holds the packed levels of `z.len()`
+/// dimensions, a multiple of 32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn levels_dot_avx512(row: &[u8], nibbles: bool, z: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let chunks = z.len() / 32;
+    debug_assert!(row.len() >= chunks * if nibbles { 16 } else { 32 });
+    let mut acc = _mm512_setzero_ps();
+    let low = _mm512_set1_epi32(15);
+    for c in 0..chunks {
+        // SAFETY: in bounds (caller): 16 or 32 level bytes and 32 floats
+        // of chunk `c`.
+        unsafe {
+            let (lo, hi) = if nibbles {
+                let w = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                    row.as_ptr().add(c * 16) as *const __m128i
+                ));
+                (_mm512_and_si512(w, low), _mm512_srli_epi32::<4>(w))
+            } else {
+                (
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                        row.as_ptr().add(c * 32) as *const __m128i
+                    )),
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                        row.as_ptr().add(c * 32 + 16) as *const __m128i
+                    )),
+                )
+            };
+            let z0 = _mm512_loadu_ps(z.as_ptr().add(c * 32));
+            let z1 = _mm512_loadu_ps(z.as_ptr().add(c * 32 + 16));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), z0, acc);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), z1, acc);
+        }
+    }
+    let mut lanes = [0.0f32; 16];
+    // SAFETY: 16 floats.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+    lane_tree(lanes)
 }
 
 /// The table entries of row `i` of one plane's block (`D'/8 × 64` bytes,
@@ -418,10 +580,16 @@ fn sign_dot(s: f32, sum: f32) -> f32 {
 }
 
 /// One partition's RaBitQ codes, as loaded.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RqCodes {
-    /// Bit planes, top bit first, in blocks of 64 rows.
-    pub planes: Vec<CodeColumns>,
+    /// The top bit plane (the sign code), in blocks of 64 rows, for the
+    /// screen.
+    pub sign: CodeColumns,
+    /// Above one bit: each row's levels `u_i`, packed (see `pack_levels`),
+    /// for the full estimate.
+    pub levels: Vec<u8>,
+    /// Bytes of `levels` per row.
+    pub level_bytes: usize,
     /// `‖r‖` per row.
     pub norm: Vec<f32>,
     /// `Σ|x_i|` per row.
@@ -467,10 +635,8 @@ impl RqCodes {
 
     /// Bytes held (the partition cache's weight).
     pub fn size_bytes(&self) -> usize {
-        self.planes
-            .iter()
-            .map(CodeColumns::size_bytes)
-            .sum::<usize>()
+        self.sign.size_bytes()
+            + self.levels.len()
             + 4 * (self.norm.len()
                 + self.ip1.len()
                 + self.ipb.len()
@@ -494,6 +660,8 @@ pub struct RqQuery {
     table: Vec<f32>,
     /// Its quantized screen.
     screen: Option<LookupTable>,
+    /// `P q`, for the full estimate.
+    z: Vec<f32>,
 }
 
 /// What one scan of a partition did.
@@ -535,12 +703,12 @@ pub fn scan_rq_codes(
         let a = if l2 { n * n + a_query } else { a_query };
         let est = if quantizer.bits == 1 {
             let (b, i) = (r / LOOKUP_ROWS, r % LOOKUP_ROWS);
-            let s = plane_sum(&query.table, codes.planes[0].block(b), i, 0.0);
+            let s = plane_sum(&query.table, codes.sign.block(b), i, 0.0);
             let c = if l2 { codes.c1[r] } else { 0.0 };
             (sign_dot(s, query.sum) - c) / codes.ip1[r]
         } else {
             let c = if l2 { codes.cb[r] } else { 0.0 };
-            (quantizer.grid_dot(&query.table, codes, r, query.sum) - c) / codes.ipb[r]
+            (quantizer.grid_dot(&query.z, codes, r, query.sum) - c) / codes.ipb[r]
         };
         a - kappa * n * est
     };
@@ -549,7 +717,7 @@ pub fn scan_rq_codes(
     let mut counts = RqCounts::default();
     let mut sums = [0u16; LOOKUP_ROWS];
     let mut shifts = [0.0f32; LOOKUP_ROWS];
-    let plane0 = &codes.planes[0];
+    let plane0 = &codes.sign;
     let terms = &codes.screen;
     for blk in 0..plane0.block_count() {
         let first = blk * LOOKUP_ROWS;
@@ -713,11 +881,16 @@ mod tests {
             }
             let codes = RabitQuantizer::split_rows(bits, rq.padded, &bytes).unwrap();
             assert_eq!(codes.len(), 150);
-            assert_eq!(codes.planes.len(), bits);
+            assert_eq!(codes.levels.len(), 150 * level_bytes(bits, rq.padded));
             for (r, zr) in z.chunks(rq.padded).enumerate() {
                 let n = dot64(zr, zr).sqrt();
                 assert!((f64::from(codes.norm[r]) - n).abs() <= 1e-5 * n);
-                let sign = codes.planes[0].row(r);
+                let sign = codes.sign.row(r);
+                let row = &codes.levels[r * codes.level_bytes..(r + 1) * codes.level_bytes];
+                for i in (0..rq.padded).filter(|_| bits > 1) {
+                    let top = level_of(row, bits <= 4, i) >> (bits - 1);
+                    assert_eq!(top == 1, zr[i] >= 0.0, "{bits} {r} {i}");
+                }
                 for (i, &zi) in zr.iter().enumerate() {
                     assert_eq!(sign[i / 8] >> (i % 8) & 1 == 1, zi >= 0.0, "{bits} {r} {i}");
                 }
@@ -736,16 +909,16 @@ mod tests {
         let codes = RabitQuantizer::split_rows(bits, rq.padded, &code).unwrap();
         let n = f64::from(codes.norm[0]);
         let h = ((1u32 << bits) - 1) as f64 / 2.0;
-        let mut y = vec![0.0f64; rq.padded];
-        for (p, plane) in codes.planes.iter().enumerate() {
-            let row = plane.row(0);
-            for (i, yi) in y.iter_mut().enumerate() {
-                if row[i / 8] >> (i % 8) & 1 == 1 {
-                    *yi += f64::from(1u32 << (bits - 1 - p));
-                }
-            }
-        }
-        y.iter_mut().for_each(|v| *v -= h);
+        let y: Vec<f64> = (0..rq.padded)
+            .map(|i| {
+                let u = if bits == 1 {
+                    codes.sign.row(0)[i / 8] >> (i % 8) & 1
+                } else {
+                    level_of(&codes.levels, bits <= 4, i)
+                };
+                f64::from(u) - h
+            })
+            .collect();
         let x: Vec<f64> = zr.iter().map(|v| f64::from(*v) / n).collect();
         let yx: f64 = y.iter().zip(&x).map(|(a, b)| a * b).sum();
         let yq: f64 = y.iter().zip(zq).map(|(a, b)| a * f64::from(*b)).sum();
@@ -822,6 +995,42 @@ mod tests {
                 mean < [0.0, 0.06, 0.035, 0.01][bits.min(3)],
                 "{bits} bits: mean error {mean}"
             );
+        }
+    }
+
+    /// The levels' dot product has the same bits on every kernel, equals
+    /// the plain sum of `u_i z_i` closely, and packing round-trips.
+    #[test]
+    fn levels_dot_is_one_function_on_every_kernel() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+        for bits in [2, 3, 4, 5, 8] {
+            let padded = 128;
+            let u: Vec<u8> = (0..padded)
+                .map(|_| rng.random_range(0..(1u32 << bits)) as u8)
+                .collect();
+            let z: Vec<f32> = (0..padded)
+                .map(|_| rng.random_range(-1.0f32..1.0))
+                .collect();
+            let mut row = Vec::new();
+            pack_levels(bits, &u, &mut row);
+            assert_eq!(row.len(), level_bytes(bits, padded));
+            for (i, &ui) in u.iter().enumerate() {
+                assert_eq!(level_of(&row, bits <= 4, i), ui);
+            }
+            let want = levels_dot_lanes(&row, bits <= 4, &z);
+            for kernel in Kernel::available() {
+                assert_eq!(
+                    levels_dot(kernel, &row, bits <= 4, &z).to_bits(),
+                    want.to_bits(),
+                    "{bits} {kernel:?}"
+                );
+            }
+            let exact: f64 = u
+                .iter()
+                .zip(&z)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+            assert!((f64::from(want) - exact).abs() < 1e-3, "{want} vs {exact}");
         }
     }
 
@@ -967,6 +1176,7 @@ mod tests {
                                 let unscreened = RqQuery {
                                     screen: None,
                                     table: query.table.clone(),
+                                    z: query.z.clone(),
                                     ..query
                                 };
                                 let counts = scan_rq_codes(
