@@ -129,7 +129,12 @@ impl LookupTable {
         // The bound's argument needs finite values; a table that is not
         // (only a damaged model could give one), or whose sums would
         // overflow, is scored without a screen.
-        if !table[..m * ENTRIES].iter().all(|v| v.is_finite()) {
+        // (As the largest magnitude's bits: an integer max, vectorised,
+        // instead of a test per entry with an early exit.)
+        let widest_bits = table[..m * ENTRIES]
+            .iter()
+            .fold(0u32, |a, v| a.max(v.to_bits() & 0x7fff_ffff));
+        if widest_bits >= f32::INFINITY.to_bits() {
             return None;
         }
         let lut = quantize_rows(table, m, true);
