@@ -30,13 +30,17 @@
 //! lookup shape: the same quantized-table kernel
 //! ([`crate::kernel::lookup`]) screens 64 rows at a time. For l2,
 //! `⟨y, P c⟩` is a per-row term computed when the partition is loaded.
+//! In memory a partition keeps the sign plane (for the screen) and, above
+//! one bit, each row's levels packed two a byte (up to 4 bits) for
+//! [`levels_dot`].
 //!
 //! The scan ([`scan_rq_codes`]): the 1-bit estimate's lower bound minus
 //! its error bound is screened against the heap's threshold; a row that
-//! passes gets the full `bits`-bit estimate (float table sums, in a fixed
-//! order, so every path gives the same bits). With one bit the error bound
-//! is not used: the screen only skips rows whose 1-bit estimate could not
-//! enter, as PQ's does.
+//! passes gets the full estimate — one bit: the sign plane's float table
+//! sum; more: `Σ u_i (P q)_i` by [`levels_dot`] — each in a fixed order,
+//! so every path gives the same bits. With one bit the error bound is not
+//! used: the screen only skips rows whose 1-bit estimate could not enter,
+//! as PQ's does.
 
 use crate::index::pq::{ScanSink, CODES};
 use crate::kernel::lookup::{
@@ -995,6 +999,76 @@ mod tests {
                 mean < [0.0, 0.06, 0.035, 0.01][bits.min(3)],
                 "{bits} bits: mean error {mean}"
             );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+
+        /// Fuzzed: any dimension, rotation seed, bits and mix of
+        /// adversarial rows (one-hot, constant, sparse heavy-tailed,
+        /// Gaussian with a large common offset) and queries (near a row,
+        /// or one-hot): the bound fails for about 6% of pairs, never for
+        /// a large share.
+        #[test]
+        fn the_error_bound_holds_on_fuzzed_data(
+            dim in 3usize..200,
+            seed in proptest::prelude::any::<u64>(),
+            bits in 1usize..6,
+            offset in 0.0f32..50.0,
+        ) {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let rows: Vec<Vec<f32>> = (0..40)
+                .map(|i| match i % 4 {
+                    0 => {
+                        let mut v = vec![0.0f32; dim];
+                        v[rng.random_range(0..dim)] = 1.0;
+                        v
+                    }
+                    1 => vec![rng.random_range(-2.0f32..2.0); dim],
+                    2 => (0..dim)
+                        .map(|_| {
+                            let u: f32 = rng.random();
+                            if u < 0.8 { 0.0 } else { 1.0 / (1.0 - u) }
+                        })
+                        .collect(),
+                    _ => (0..dim).map(|_| offset + rng.random_range(-1.0f32..1.0)).collect(),
+                })
+                .collect();
+            let queries: Vec<Vec<f32>> = (0..10)
+                .map(|i| {
+                    if i % 2 == 0 {
+                        rows[rng.random_range(0..rows.len())]
+                            .iter()
+                            .map(|v| v + rng.random_range(-0.05f32..0.05))
+                            .collect()
+                    } else {
+                        let mut v = vec![0.0f32; dim];
+                        v[rng.random_range(0..dim)] = 3.0;
+                        v
+                    }
+                })
+                .collect();
+            let rq = RabitQuantizer::new(dim, bits, seed);
+            let (mut failed, mut total) = (0usize, 0usize);
+            for r in &rows {
+                let zr = rq.rotate(r);
+                if dot64(&zr, &zr) == 0.0 {
+                    continue;
+                }
+                for q in &queries {
+                    let zq = rq.rotate(q);
+                    let (est, truth, bound) = estimate(&rq, &zr, &zq, bits);
+                    total += 1;
+                    failed += usize::from((est - truth).abs() > bound);
+                }
+            }
+            let rate = failed as f64 / total.max(1) as f64;
+            // One rotation per case, and rows of one family look alike to
+            // it, so a case's rate varies more than independent pairs
+            // would (0.16 seen in 300 cases); the fixed test above holds
+            // the average to 8%.
+            proptest::prop_assert!(rate < 0.25, "dim {} bits {}: bound failed for {}", dim, bits, rate);
         }
     }
 

@@ -79,10 +79,12 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
         None => None,
     };
     let (_, dim, _) = ds.schema().vector_column(None)?;
-    let flat_scoring = ds
-        .index_segments()
-        .iter()
-        .all(|s| !matches!(s.params.kind, shoal::IndexKind::IvfPq { .. }));
+    let flat_scoring = ds.index_segments().iter().all(|s| {
+        !matches!(
+            s.params.kind,
+            shoal::IndexKind::IvfPq { .. } | shoal::IndexKind::IvfRq { .. }
+        )
+    });
     let mut rows = Vec::new();
     for &b in &opts.batch_sizes {
         let per_mode: Vec<Vec<BatchQuery>> = opts

@@ -138,7 +138,7 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
     let mut rows_measured = Vec::new();
     for kind in &opts.kinds {
         let params = shoal::IndexParams::new(*kind, opts.partitions);
-        eprintln!("building {} ...", kind.name());
+        eprintln!("building {kind:?} ...");
         let t = Instant::now();
         ds.create_index(None, params)?;
         let build_s = t.elapsed().as_secs_f64();
@@ -168,7 +168,10 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
             }
             let qps = single.len() as f64 / t.elapsed().as_secs_f64();
             rows_measured.push(IvfRow {
-                index: kind.name().into(),
+                index: match kind {
+                    shoal::IndexKind::IvfRq { bits } => format!("ivf_rq {bits} bits"),
+                    _ => kind.name().into(),
+                },
                 build_s,
                 nprobes: np,
                 recall: recall_at_k(&found, &truth, opts.k),
