@@ -433,8 +433,8 @@ pub fn build_segment(
         } else {
             quantizer_input(metric, dim, rows)
         };
-        // RaBitQ: every row's residual rotated in one kernel call.
-        let rotated = match &model.rq {
+        // RaBitQ: the batch's residuals rotated and encoded on every core.
+        let rq_codes = match &model.rq {
             Some(rq) => {
                 let mut residuals = quant_in.clone();
                 for (k, row) in residuals.chunks_exact_mut(dim).enumerate() {
@@ -444,7 +444,7 @@ pub fn build_segment(
                         *r -= y;
                     }
                 }
-                rq.rotate(&residuals)
+                rq.encode_rows(&residuals)
             }
             None => Vec::new(),
         };
@@ -454,10 +454,8 @@ pub fn build_segment(
             let row = k * dim..(k + 1) * dim;
             match (&model.pq, &model.sq) {
                 _ if model.rq.is_some() => {
-                    if let Some(rq) = &model.rq {
-                        rq.encode_rotated(&rotated[k * rq.padded..(k + 1) * rq.padded], &mut code);
-                    }
-                    writer.push_code(p, row_id, &code)?;
+                    let len = code.len();
+                    writer.push_code(p, row_id, &rq_codes[k * len..(k + 1) * len])?;
                 }
                 (Some(pq), _) => {
                     let c = &model.centroid_rows[p * dim..(p + 1) * dim];

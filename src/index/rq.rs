@@ -168,6 +168,39 @@ impl RabitQuantizer {
         out
     }
 
+    /// Codes of residuals `rows` (`dim` wide, row-major), rotated and
+    /// encoded on every core in whole chunks ([`code_len`](Self::code_len)
+    /// bytes a row, in order; each row's code depends on that row alone).
+    pub fn encode_rows(&self, rows: &[f32]) -> Vec<u8> {
+        const CHUNK: usize = 256;
+        let n = rows.len() / self.dim;
+        let len = self.code_len();
+        let encode = |part: &[f32]| {
+            let z = self.rotate(part);
+            let mut out = vec![0u8; part.len() / self.dim * len];
+            for (zr, code) in z.chunks_exact(self.padded).zip(out.chunks_exact_mut(len)) {
+                self.encode_rotated(zr, code);
+            }
+            out
+        };
+        let threads = crate::config::cores().min(n.div_ceil(CHUNK)).max(1);
+        if threads == 1 {
+            return encode(rows);
+        }
+        let per = n.div_ceil(CHUNK).div_ceil(threads) * CHUNK;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = rows
+                .chunks(per * self.dim)
+                .map(|part| s.spawn(move || encode(part)))
+                .collect();
+            // A panicking worker is a bug: re-raise it rather than lose rows.
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        })
+    }
+
     /// Encodes one rotated residual `z = P r` (`padded` floats) into `out`
     /// ([`code_len`](Self::code_len) bytes).
     pub fn encode_rotated(&self, z: &[f32], out: &mut [u8]) {
