@@ -44,6 +44,9 @@ pub struct IvfRow {
     pub index: String,
     /// Build time, seconds.
     pub build_s: f64,
+    /// Bytes of the index's files (`partitions.bin`, `model.bin`,
+    /// `segment.json`).
+    pub index_bytes: u64,
     /// nprobes.
     pub nprobes: usize,
     /// recall@k against the ground truth.
@@ -106,7 +109,7 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
             .collect(),
     };
     let flat: Vec<f32> = base.iter().flatten().copied().collect();
-    let (mut ds, _cleanup) = temp_dataset("shoal-ivf-bench", dim, opts.metric, &flat, config)?;
+    let (mut ds, cleanup) = temp_dataset("shoal-ivf-bench", dim, opts.metric, &flat, config)?;
     let truth: Vec<Vec<i32>> = match &opts.groundtruth {
         Some(p) => read_ivecs(p)?,
         None => {
@@ -142,6 +145,11 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
         let t = Instant::now();
         ds.create_index(None, params)?;
         let build_s = t.elapsed().as_secs_f64();
+        let index_bytes = ds
+            .index_segments()
+            .iter()
+            .map(|seg| dir_bytes(&cleanup.0.join("indices").join(&seg.id)))
+            .sum::<u64>();
         for &np in &opts.nprobes {
             let mut found = Vec::with_capacity(queries.len());
             let single: Vec<Query> = queries
@@ -169,10 +177,12 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
             let qps = single.len() as f64 / t.elapsed().as_secs_f64();
             rows_measured.push(IvfRow {
                 index: match kind {
+                    shoal::IndexKind::IvfRq { bits: 1 } => "ivf_rq 1 bit".into(),
                     shoal::IndexKind::IvfRq { bits } => format!("ivf_rq {bits} bits"),
                     _ => kind.name().into(),
                 },
                 build_s,
+                index_bytes,
                 nprobes: np,
                 recall: recall_at_k(&found, &truth, opts.k),
                 qps_one_at_a_time: qps,
@@ -195,15 +205,28 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
         report.rows, report.dim, report.queries, report.metric, report.partitions, report.k
     );
     println!(
-        "\n| index | build (s) | nprobes | recall@{} | QPS |",
+        "\n| index | build (s) | index bytes | nprobes | recall@{} | QPS |",
         report.k
     );
-    println!("|---|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|");
     for r in &report.rows_measured {
         println!(
-            "| {} | {:.2} | {} | {:.3} | {:.0} |",
-            r.index, r.build_s, r.nprobes, r.recall, r.qps_one_at_a_time
+            "| {} | {:.2} | {} | {} | {:.3} | {:.0} |",
+            r.index, r.build_s, r.index_bytes, r.nprobes, r.recall, r.qps_one_at_a_time
         );
     }
     Ok(report)
+}
+
+/// Bytes of the files directly in `dir` (0 when it cannot be read).
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }
