@@ -232,7 +232,11 @@ fn train_model(
                 centroid_rows = partition_means(&input, dim, &assigned, centroid_rows);
                 centroids = VectorBlocks::from_rows(dim, &centroid_rows);
             }
-            rq = Some(Arc::new(RabitQuantizer::new(dim, bits, params.seed)));
+            rq = Some(Arc::new(
+                RabitQuantizer::new(dim, bits, params.seed).ok_or_else(|| {
+                    Error::InvalidArgument(format!("ivf_rq cannot take {bits} bits"))
+                })?,
+            ));
             (None, None)
         }
         IndexKind::IvfPq { sub_vectors } => {

@@ -96,8 +96,12 @@ pub fn code_len(bits: usize, padded: usize) -> usize {
 impl RabitQuantizer {
     /// A quantizer with a random rotation drawn from `seed`: `D` Gaussian
     /// columns of length `D'`, orthonormalised (Gram–Schmidt, twice, in
-    /// float64) — a uniformly random isometry.
-    pub fn new(dim: usize, bits: usize, seed: u64) -> RabitQuantizer {
+    /// float64) — a uniformly random isometry. `None` for a dimension of
+    /// zero or bits outside 1 to [`MAX_BITS`].
+    pub fn new(dim: usize, bits: usize, seed: u64) -> Option<RabitQuantizer> {
+        if dim == 0 || !(1..=MAX_BITS).contains(&bits) {
+            return None;
+        }
         let padded = padded_dim(dim);
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5261_4269_7451_0001);
         let mut gauss = || {
@@ -127,7 +131,7 @@ impl RabitQuantizer {
                 rows[i * dim + j] = *v as f32;
             }
         }
-        RabitQuantizer::from_parts(dim, bits, rows).unwrap_or_else(|| unreachable!())
+        RabitQuantizer::from_parts(dim, bits, rows)
     }
 
     /// A quantizer from a stored rotation; `None` when the sizes disagree.
@@ -488,6 +492,13 @@ fn level_of(row: &[u8], nibbles: bool, i: usize) -> u8 {
 /// correctly rounded on both).
 #[inline]
 pub fn levels_dot(kernel: Kernel, row: &[u8], nibbles: bool, z: &[f32]) -> f32 {
+    // The SIMD path reads whole chunks: hold the sizes to that here.
+    assert!(
+        z.len().is_multiple_of(32) && row.len() >= z.len() / if nibbles { 2 } else { 1 },
+        "levels_dot: {} level bytes for {} dimensions",
+        row.len(),
+        z.len()
+    );
     #[cfg(target_arch = "x86_64")]
     if kernel == Kernel::Avx512 {
         // SAFETY: the AVX-512 kernel is only chosen where AVX-512F is; the
@@ -885,14 +896,14 @@ mod tests {
     #[test]
     fn the_rotation_is_an_isometry_and_seeded() {
         for dim in [5, 64, 100] {
-            let rq = RabitQuantizer::new(dim, 1, 3);
+            let rq = RabitQuantizer::new(dim, 1, 3).unwrap();
             assert_eq!(
                 rq.rotation_rows,
-                RabitQuantizer::new(dim, 1, 3).rotation_rows
+                RabitQuantizer::new(dim, 1, 3).unwrap().rotation_rows
             );
             assert_ne!(
                 rq.rotation_rows,
-                RabitQuantizer::new(dim, 1, 4).rotation_rows
+                RabitQuantizer::new(dim, 1, 4).unwrap().rotation_rows
             );
             let v = clustered_vectors(20, dim, 3, 1);
             let z = rq.rotate(&v);
@@ -910,7 +921,7 @@ mod tests {
         let dim = 70;
         let v = clustered_vectors(150, dim, 4, 2);
         for bits in [1, 2, 4] {
-            let rq = RabitQuantizer::new(dim, bits, 9);
+            let rq = RabitQuantizer::new(dim, bits, 9).unwrap();
             let z = rq.rotate(&v);
             let mut bytes = vec![0u8; 150 * rq.code_len()];
             for (zr, out) in z.chunks(rq.padded).zip(bytes.chunks_mut(rq.code_len())) {
@@ -1011,7 +1022,7 @@ mod tests {
         for bits in [1, 2, 4] {
             let (mut failed, mut total, mut err_sum) = (0usize, 0usize, 0.0f64);
             for seed in 0..4 {
-                let rq = RabitQuantizer::new(dim, bits, seed);
+                let rq = RabitQuantizer::new(dim, bits, seed).unwrap();
                 let zq: Vec<f32> = queries.iter().flat_map(|q| rq.rotate(q)).collect();
                 for r in &rows {
                     let zr = rq.rotate(r);
@@ -1082,7 +1093,7 @@ mod tests {
                     }
                 })
                 .collect();
-            let rq = RabitQuantizer::new(dim, bits, seed);
+            let rq = RabitQuantizer::new(dim, bits, seed).unwrap();
             let (mut failed, mut total) = (0usize, 0usize);
             for r in &rows {
                 let zr = rq.rotate(r);
@@ -1187,7 +1198,7 @@ mod tests {
         let data = clustered_vectors(600, dim, 4, 5);
         let c: Vec<f32> = (0..dim).map(|j| data[j] * 0.9).collect();
         for bits in [1, 3] {
-            let rq = RabitQuantizer::new(dim, bits, 1);
+            let rq = RabitQuantizer::new(dim, bits, 1).unwrap();
             for metric in [Metric::L2, Metric::Dot] {
                 let codes = partition(&rq, metric, &data, &c);
                 let q = clustered_vectors(1, dim, 4, 8);
@@ -1251,7 +1262,7 @@ mod tests {
         }
         let refusals: [fn(usize) -> bool; 2] = [|_| false, |r| r % 3 == 1];
         for bits in [1, 2] {
-            let rq = RabitQuantizer::new(dim, bits, 5);
+            let rq = RabitQuantizer::new(dim, bits, 5).unwrap();
             for metric in [Metric::L2, Metric::Dot, Metric::Cosine] {
                 let rows = if metric == Metric::Cosine {
                     crate::kernel::PreparedQueries::new(Metric::Cosine, dim, &data).data
