@@ -28,7 +28,9 @@
 //! is a sum of `D'/8` entries of a 256-entry table per byte of the plane
 //! (the sums of `−(P q)_j` over the byte's set bits), which is PQ's
 //! lookup shape: the same quantized-table kernel
-//! ([`crate::kernel::lookup`]) screens 64 rows at a time. For l2,
+//! ([`crate::kernel::lookup`]) screens 64 rows at a time, its levels
+//! built from each byte's two 16-entry nibble halves
+//! ([`LookupTable::from_halves`]). For l2,
 //! `⟨y, P c⟩` is a per-row term computed when the partition is loaded.
 //! In memory a partition keeps the sign plane (for the screen) and, above
 //! one bit, each row's levels packed two a byte (up to 4 bits) for
@@ -337,25 +339,37 @@ impl RabitQuantizer {
     /// built entry from entry): one rounding order for every path, and an
     /// inner loop of 16 independent adds.
     fn plane_table(&self, z: &[f32]) -> Vec<f32> {
-        let groups = self.plane_bytes();
-        let mut table = vec![0.0f32; groups * CODES];
-        let nibble = |z4: &[f32]| {
-            let mut t = [0.0f32; 16];
-            for v in 1..16 {
-                t[v] = t[v & (v - 1)] - z4[v.trailing_zeros() as usize];
-            }
-            t
-        };
+        let (low, high) = self.nibble_tables(z);
+        let mut table = vec![0.0f32; self.plane_bytes() * CODES];
         for (g, out) in table.chunks_exact_mut(CODES).enumerate() {
-            let low = nibble(&z[g * 8..g * 8 + 4]);
-            let high = nibble(&z[g * 8 + 4..g * 8 + 8]);
+            let (low, high) = (&low[g * 16..(g + 1) * 16], &high[g * 16..(g + 1) * 16]);
             for (row, h) in out.chunks_exact_mut(16).zip(high) {
-                for (o, l) in row.iter_mut().zip(&low) {
+                for (o, l) in row.iter_mut().zip(low) {
                     *o = l + h;
                 }
             }
         }
         table
+    }
+
+    /// The halves of [`plane_table`](Self::plane_table)'s entries: per
+    /// byte `g`, the 16 sums over the low nibble's set bits and the 16 over
+    /// the high one's (`D'/8 × 16` each); entry `(g, v)` is
+    /// `low[v & 15] + high[v >> 4]`.
+    fn nibble_tables(&self, z: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let groups = self.plane_bytes();
+        let nibble = |z4: &[f32], t: &mut [f32]| {
+            t[0] = 0.0;
+            for v in 1..16 {
+                t[v] = t[v & (v - 1)] - z4[v.trailing_zeros() as usize];
+            }
+        };
+        let (mut low, mut high) = (vec![0.0f32; groups * 16], vec![0.0f32; groups * 16]);
+        for g in 0..groups {
+            nibble(&z[g * 8..g * 8 + 4], &mut low[g * 16..(g + 1) * 16]);
+            nibble(&z[g * 8 + 4..g * 8 + 8], &mut high[g * 16..(g + 1) * 16]);
+        }
+        (low, high)
     }
 
     /// What a query needs to scan this segment's codes: its rotation, the
@@ -367,8 +381,16 @@ impl RabitQuantizer {
     /// [`query`](Self::query) for a query already rotated (`z = P q`, as
     /// [`rotate`](Self::rotate) gives it for a batch: the same bits).
     pub fn query_rotated(&self, metric: Metric, q: &[f32], z: Vec<f32>) -> RqQuery {
-        let table = self.plane_table(&z);
-        let screen = LookupTable::quantize(&table, self.plane_bytes());
+        // The screen's levels from the nibble halves (32 entries a byte to
+        // quantize, not 256); the float table only where a 1-bit estimate
+        // sums it.
+        let (low, high) = self.nibble_tables(&z);
+        let screen = LookupTable::from_halves(&low, &high, self.plane_bytes());
+        let table = if self.bits == 1 {
+            self.plane_table(&z)
+        } else {
+            Vec::new()
+        };
         RqQuery {
             sum: z.iter().sum(),
             norm: fma_dot(q, q).sqrt(),

@@ -144,6 +144,76 @@ impl LookupTable {
             .then_some(lut)
     }
 
+    /// Quantizes a table given by halves: entry `(s, v)` is
+    /// `low[16 s + (v & 15)] + high[16 s + (v >> 4)]` (`m × 16` each).
+    /// Each half is quantized on its own, down, to at most half the top
+    /// level, and an entry's level is the sum of its halves' levels: with
+    /// `min_s` the sum of the halves' minima, `min_s + step · level` stays
+    /// at or below the entry, so the bound and [`slack`](Self::slack) hold
+    /// as for [`quantize`](Self::quantize) (the halves' sums round like the
+    /// entries themselves). 32 values a sub-space to quantize instead of
+    /// 256; the levels are coarser (half the range each). `None` as for
+    /// `quantize`.
+    pub fn from_halves(low: &[f32], high: &[f32], m: usize) -> Option<LookupTable> {
+        const HALF: usize = 16;
+        if m == 0 || m > MAX_SCREENED_M || low.len() < m * HALF || high.len() < m * HALF {
+            return None;
+        }
+        let (low, high) = (&low[..m * HALF], &high[..m * HALF]);
+        if !low.iter().chain(high).all(|v| v.is_finite()) {
+            return None;
+        }
+        let half_top = ((u16::MAX as usize / m).min(255) / 2) as f32;
+        let range = |t: &[f32]| {
+            t.iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                    (lo.min(v), hi.max(v))
+                })
+        };
+        let (mut offset, mut widest, mut magnitude) = (0.0f32, 0.0f32, 0.0f32);
+        let mut mins = Vec::with_capacity(2 * m);
+        for (l, h) in low.chunks_exact(HALF).zip(high.chunks_exact(HALF)) {
+            let ((l_lo, l_hi), (h_lo, h_hi)) = (range(l), range(h));
+            mins.push((l_lo, h_lo));
+            offset += l_lo + h_lo;
+            widest = widest.max(l_hi - l_lo).max(h_hi - h_lo);
+            magnitude += (l_lo + h_lo).abs().max((l_hi + h_hi).abs());
+        }
+        let step = (widest / half_top).max(1e-30);
+        // As in `quantize_rows`: shrunk by 4u so truncation never rounds a
+        // level up past the exact quotient.
+        let scale = (1.0 / step) * (1.0 - 4.0 * U);
+        let mut levels = vec![0u8; m * ENTRIES];
+        let (mut lo_levels, mut hi_levels) = ([0u8; HALF], [0u8; HALF]);
+        for (s, (&(l_lo, h_lo), out)) in mins
+            .iter()
+            .zip(levels.chunks_exact_mut(ENTRIES))
+            .enumerate()
+        {
+            for (k, (lv, hv)) in lo_levels.iter_mut().zip(hi_levels.iter_mut()).enumerate() {
+                *lv = ((low[s * HALF + k] - l_lo) * scale).min(half_top) as u8;
+                *hv = ((high[s * HALF + k] - h_lo) * scale).min(half_top) as u8;
+            }
+            for (row, &hv) in out.chunks_exact_mut(HALF).zip(&hi_levels) {
+                for (o, &lv) in row.iter_mut().zip(&lo_levels) {
+                    *o = lv + hv;
+                }
+            }
+        }
+        let lut = LookupTable {
+            m,
+            levels,
+            offset,
+            step,
+            magnitude,
+            level_sum_max: step * (2.0 * half_top) * m as f32,
+        };
+        [lut.offset, lut.step, lut.magnitude, lut.level_sum_max]
+            .iter()
+            .all(|v| v.is_finite())
+            .then_some(lut)
+    }
+
     /// `Σ_s min_s`: the bound of a row whose levels are all zero.
     pub fn offset(&self) -> f32 {
         self.offset
@@ -628,6 +698,57 @@ mod tests {
                 let bound = mins + lut.step as f64 * levels as f64;
                 assert!(bound <= exact, "m {m}: bound {bound} above {exact}");
                 assert!(exact - bound <= m as f64 * lut.step as f64 * 1.001 + 1e-3);
+            }
+        }
+    }
+
+    /// Levels built from halves bound their entries (the float sums of
+    /// the halves) from below, by no more than two steps a sub-space, and
+    /// the float bound the screen computes stays within the slack of the
+    /// float sum.
+    #[test]
+    fn level_sums_from_halves_bound_the_float_sum_from_below() {
+        let mut seed = 9;
+        for m in [1usize, 6, 48, 96] {
+            let mut half = || -> Vec<f32> {
+                (0..m * 16)
+                    .map(|i| {
+                        let x = (lcg(&mut seed) % 1_000_000) as f32 / 1e4 - 50.0;
+                        if i % 16 == 0 {
+                            0.0
+                        } else {
+                            x
+                        }
+                    })
+                    .collect()
+            };
+            let (low, high) = (half(), half());
+            let entry = |s: usize, c: usize| low[s * 16 + (c & 15)] + high[s * 16 + (c >> 4)];
+            let lut = LookupTable::from_halves(&low, &high, m).unwrap();
+            let mins: f64 = (0..m)
+                .map(|s| (0..ENTRIES).fold(f64::INFINITY, |a, c| a.min(entry(s, c) as f64)))
+                .sum();
+            for _ in 0..2_000 {
+                let code: Vec<usize> = (0..m).map(|_| (lcg(&mut seed) % 256) as usize).collect();
+                let exact: f64 = code
+                    .iter()
+                    .enumerate()
+                    .map(|(s, &c)| entry(s, c) as f64)
+                    .sum();
+                let float_sum: f32 = code.iter().enumerate().map(|(s, &c)| entry(s, c)).sum();
+                let levels: u64 = code
+                    .iter()
+                    .enumerate()
+                    .map(|(s, &c)| lut.levels[s * ENTRIES + c] as u64)
+                    .sum();
+                let bound = mins + lut.step as f64 * levels as f64;
+                assert!(bound <= exact + 1e-3, "m {m}: bound {bound} above {exact}");
+                assert!(exact - bound <= 2.0 * m as f64 * lut.step as f64 * 1.001 + 1e-3);
+                let float_bound = lut.offset + lut.step * levels as f32;
+                assert!(
+                    float_bound <= float_sum + lut.slack(0.0),
+                    "m {m}: float bound {float_bound} above {float_sum} + slack"
+                );
             }
         }
     }
