@@ -430,6 +430,32 @@ fn cosine_shifts(t: f32, norms: &[f32], norm_max: f32, out: &mut [f32]) -> f32 {
     a.abs() * norm_max * (1.0 + 2.0 * f32::EPSILON)
 }
 
+/// A [`ScanSink`] for the scan tests (PQ's and RaBitQ's): keeps the k best
+/// (distance, row) pairs, like a heap with ties to the lower row;
+/// optionally refuses some rows.
+#[cfg(test)]
+pub(crate) struct Best {
+    pub(crate) k: usize,
+    pub(crate) kept: Vec<(f32, usize)>,
+    pub(crate) refused: fn(usize) -> bool,
+}
+
+#[cfg(test)]
+impl ScanSink for Best {
+    fn threshold(&self) -> Option<f32> {
+        (self.kept.len() == self.k).then(|| self.kept[self.k - 1].0)
+    }
+    fn allows(&self, r: usize) -> bool {
+        !(self.refused)(r)
+    }
+    fn offer(&mut self, r: usize, d: f32) {
+        self.kept.push((d, r));
+        self.kept
+            .sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        self.kept.truncate(self.k);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,29 +506,6 @@ mod tests {
         match terms.norm.get(r) {
             Some(&n) => cosine_distance(sum, n),
             None => sum,
-        }
-    }
-
-    /// Keeps the k best (distance, row) pairs, like a heap with ties to
-    /// the lower row; optionally refuses some rows.
-    struct Best {
-        k: usize,
-        kept: Vec<(f32, usize)>,
-        refused: fn(usize) -> bool,
-    }
-
-    impl ScanSink for Best {
-        fn threshold(&self) -> Option<f32> {
-            (self.kept.len() == self.k).then(|| self.kept[self.k - 1].0)
-        }
-        fn allows(&self, r: usize) -> bool {
-            !(self.refused)(r)
-        }
-        fn offer(&mut self, r: usize, d: f32) {
-            self.kept.push((d, r));
-            self.kept
-                .sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            self.kept.truncate(self.k);
         }
     }
 

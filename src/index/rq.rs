@@ -907,6 +907,7 @@ impl ScreenLimits {
 mod tests {
     use super::*;
     use crate::demo::clustered_vectors;
+    use crate::index::pq::Best;
 
     fn dot64(a: &[f32], b: &[f32]) -> f64 {
         a.iter()
@@ -1171,28 +1172,6 @@ mod tests {
                 .map(|(a, b)| f64::from(*a) * f64::from(*b))
                 .sum();
             assert!((f64::from(want) - exact).abs() < 1e-3, "{want} vs {exact}");
-        }
-    }
-
-    /// Keeps the k best (distance, row) pairs, ties to the lower row.
-    struct Best {
-        k: usize,
-        kept: Vec<(f32, usize)>,
-        refused: fn(usize) -> bool,
-    }
-
-    impl ScanSink for Best {
-        fn threshold(&self) -> Option<f32> {
-            (self.kept.len() == self.k).then(|| self.kept[self.k - 1].0)
-        }
-        fn allows(&self, r: usize) -> bool {
-            !(self.refused)(r)
-        }
-        fn offer(&mut self, r: usize, d: f32) {
-            self.kept.push((d, r));
-            self.kept
-                .sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            self.kept.truncate(self.k);
         }
     }
 

@@ -52,56 +52,9 @@ fn read_fvecs(path: &std::path::Path) -> (usize, Vec<f32>) {
 #[test]
 #[ignore = "needs minilm-gcide under $SHOAL_DATA_DIR; .ci/run runs it where the data is"]
 fn cosine_ivf_pq_recall_on_minilm_gcide_meets_the_floor() {
-    let dir = data_dir();
-    let (dim, base) = read_fvecs(&dir.join("base.fvecs"));
-    let (qdim, queries) = read_fvecs(&dir.join("query.fvecs"));
-    assert_eq!(dim, qdim);
     let tmp = tempfile::tempdir().unwrap();
-    let mut ds = Dataset::create(
-        tmp.path(),
-        demo_schema("vector", dim, Metric::Cosine).unwrap(),
-        Config::default(),
-    )
-    .unwrap();
-    ds.append([demo_batch("vector", dim, &base, 0)]).unwrap();
-    ds.create_index(
-        None,
-        IndexParams::new(IndexKind::IvfPq { sub_vectors: 48 }, 256),
-    )
-    .unwrap();
-    let qs: Vec<Vec<f32>> = queries.chunks(dim).map(|q| q.to_vec()).collect();
-    let mut exact = BatchQuery::new(qs.clone(), 10);
-    exact.shared.mode = SearchMode::Exact;
-    let truth = ds.search_batch(&exact).unwrap();
-    let mut hits_of = Vec::new();
-    for mode in [SearchMode::Shared, SearchMode::PerQuery] {
-        let mut ann = BatchQuery::new(qs.clone(), 10);
-        ann.shared.mode = mode;
-        ann.own_mut().nprobes = Nprobes::Fixed(16);
-        let got = ds.search_batch(&ann).unwrap();
-        let mut hit = 0;
-        for (t, g) in truth.hits.iter().zip(&got.hits) {
-            let t: HashSet<u64> = t.iter().map(|h| h.row_id).collect();
-            hit += g.iter().filter(|h| t.contains(&h.row_id)).count();
-        }
-        let recall = hit as f64 / (10 * qs.len()) as f64;
-        eprintln!("minilm-gcide cosine ivf_pq m 48 nprobes 16 {mode:?}: recall@10 {recall:.3}");
-        assert!(recall >= 0.705, "{mode:?}: recall@10 {recall:.3} < 0.705");
-        hits_of.push(
-            got.hits
-                .iter()
-                .map(|h| {
-                    h.iter()
-                        .map(|h| (h.row_id, h.distance.to_bits()))
-                        .collect::<Vec<_>>()
-                })
-                .collect::<Vec<_>>(),
-        );
-    }
-    assert_eq!(
-        hits_of[0], hits_of[1],
-        "shared scan and single-query path differ"
-    );
+    let (ds, qs) = gcide_indexed(tmp.path(), IndexKind::IvfPq { sub_vectors: 48 });
+    assert_recall_on_both_paths(&ds, &qs, "ivf_pq m 48", 0.705);
     // Real embeddings, callers with their own filters and options in one
     // batch: each query as the single-query path answers it.
     let each: Vec<PerQueryParams> = (0..qs.len())
@@ -133,26 +86,40 @@ fn cosine_ivf_pq_recall_on_minilm_gcide_meets_the_floor() {
 #[test]
 #[ignore = "needs minilm-gcide under $SHOAL_DATA_DIR; .ci/run runs it where the data is"]
 fn cosine_ivf_rq_recall_on_minilm_gcide_meets_the_floor() {
-    let dir = data_dir();
-    let (dim, base) = read_fvecs(&dir.join("base.fvecs"));
-    let (_, queries) = read_fvecs(&dir.join("query.fvecs"));
     let tmp = tempfile::tempdir().unwrap();
+    let (ds, qs) = gcide_indexed(tmp.path(), IndexKind::IvfRq { bits: 4 });
+    assert_recall_on_both_paths(&ds, &qs, "ivf_rq 4 bits", 0.85);
+}
+
+/// minilm-gcide's base rows in a new cosine dataset under `dir`, indexed
+/// with `kind` over 256 partitions; with the query vectors.
+fn gcide_indexed(dir: &std::path::Path, kind: IndexKind) -> (Dataset, Vec<Vec<f32>>) {
+    let data = data_dir();
+    let (dim, base) = read_fvecs(&data.join("base.fvecs"));
+    let (qdim, queries) = read_fvecs(&data.join("query.fvecs"));
+    assert_eq!(dim, qdim);
     let mut ds = Dataset::create(
-        tmp.path(),
+        dir,
         demo_schema("vector", dim, Metric::Cosine).unwrap(),
         Config::default(),
     )
     .unwrap();
     ds.append([demo_batch("vector", dim, &base, 0)]).unwrap();
-    ds.create_index(None, IndexParams::new(IndexKind::IvfRq { bits: 4 }, 256))
-        .unwrap();
-    let qs: Vec<Vec<f32>> = queries.chunks(dim).map(|q| q.to_vec()).collect();
-    let mut exact = BatchQuery::new(qs.clone(), 10);
+    ds.create_index(None, IndexParams::new(kind, 256)).unwrap();
+    let qs = queries.chunks(dim).map(|q| q.to_vec()).collect();
+    (ds, qs)
+}
+
+/// Recall@10 at nprobes 16 against shoal's exact search, for the shared
+/// scan and for the single-query path: each at least `floor`, and the two
+/// the same hit for hit (rows and distance bits).
+fn assert_recall_on_both_paths(ds: &Dataset, qs: &[Vec<f32>], label: &str, floor: f64) {
+    let mut exact = BatchQuery::new(qs.to_vec(), 10);
     exact.shared.mode = SearchMode::Exact;
     let truth = ds.search_batch(&exact).unwrap();
     let mut hits_of = Vec::new();
     for mode in [SearchMode::Shared, SearchMode::PerQuery] {
-        let mut ann = BatchQuery::new(qs.clone(), 10);
+        let mut ann = BatchQuery::new(qs.to_vec(), 10);
         ann.shared.mode = mode;
         ann.own_mut().nprobes = Nprobes::Fixed(16);
         let got = ds.search_batch(&ann).unwrap();
@@ -162,8 +129,11 @@ fn cosine_ivf_rq_recall_on_minilm_gcide_meets_the_floor() {
             hit += g.iter().filter(|h| t.contains(&h.row_id)).count();
         }
         let recall = hit as f64 / (10 * qs.len()) as f64;
-        eprintln!("minilm-gcide cosine ivf_rq 4 bits nprobes 16 {mode:?}: recall@10 {recall:.3}");
-        assert!(recall >= 0.85, "{mode:?}: recall@10 {recall:.3} < 0.85");
+        eprintln!("minilm-gcide cosine {label} nprobes 16 {mode:?}: recall@10 {recall:.3}");
+        assert!(
+            recall >= floor,
+            "{label} {mode:?}: recall@10 {recall:.3} < {floor}"
+        );
         hits_of.push(
             got.hits
                 .iter()
@@ -177,6 +147,6 @@ fn cosine_ivf_rq_recall_on_minilm_gcide_meets_the_floor() {
     }
     assert_eq!(
         hits_of[0], hits_of[1],
-        "shared scan and single-query path differ"
+        "{label}: shared scan and single-query path differ"
     );
 }
