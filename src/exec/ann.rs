@@ -21,7 +21,7 @@ use crate::exec::profile::{ms_since, Profile};
 use crate::index::ivf::{coarse_metric, LoadedSegment};
 use crate::index::partition::{Partition, Payload};
 use crate::index::pq::{scan_codes, ProductQuantizer, ScanSink, CODES};
-use crate::index::rq::{scan_rq_codes, RqQuery};
+use crate::index::rq::{scan_rq_codes, RqQuery, ScanCounts};
 use crate::index::PartitionCache;
 use crate::kernel::lookup::{LookupKernel, LookupTable};
 use crate::kernel::{dot_blocks, dot_code_blocks, fma_dot, Kernel, Metric, PreparedQueries, BLOCK};
@@ -123,16 +123,6 @@ impl CodeQuery {
     }
 }
 
-/// What one query's scan of a code partition did, for the profile.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CodeScan {
-    /// Rows scored exactly by the codes (PQ: the float table; RaBitQ: the
-    /// full estimate).
-    pub rescored: usize,
-    /// RaBitQ: rows its screen (with the error bound) skipped.
-    pub bound_skipped: usize,
-}
-
 /// A query's heap behind its row test, as a PQ scan's sink.
 struct HeapSink<'a> {
     heap: &'a mut TopK,
@@ -171,7 +161,7 @@ pub fn scan_code_partition(
     cq: &CodeQuery,
     test: RowTest<'_>,
     heap: &mut TopK,
-) -> Result<CodeScan> {
+) -> Result<ScanCounts> {
     let dim = seg.model.dim;
     let c = &seg.model.centroid_rows[p as usize * dim..(p as usize + 1) * dim];
     let constant = ProductQuantizer::query_constant(metric, q, c);
@@ -181,7 +171,7 @@ pub fn scan_code_partition(
         row_ids: &part.row_ids,
     };
     match (&part.payload, cq, &seg.model.rq) {
-        (Payload::Pq { codes, terms }, CodeQuery::Pq { table, screen }, _) => Ok(CodeScan {
+        (Payload::Pq { codes, terms }, CodeQuery::Pq { table, screen }, _) => Ok(ScanCounts {
             rescored: scan_codes(
                 table,
                 screen.as_ref(),
@@ -193,20 +183,14 @@ pub fn scan_code_partition(
             ),
             bound_skipped: 0,
         }),
-        (Payload::Rq(codes), CodeQuery::Rq(query), Some(rq)) => {
-            let counts = scan_rq_codes(
-                rq,
-                query,
-                LookupKernel::detect(),
-                codes,
-                constant,
-                &mut sink,
-            );
-            Ok(CodeScan {
-                rescored: counts.rescored,
-                bound_skipped: counts.bound_skipped,
-            })
-        }
+        (Payload::Rq(codes), CodeQuery::Rq(query), Some(rq)) => Ok(scan_rq_codes(
+            rq,
+            query,
+            LookupKernel::detect(),
+            codes,
+            constant,
+            &mut sink,
+        )),
         _ => Err(Error::Internal(format!(
             "partition {p} does not hold the codes its segment's model scans"
         ))),

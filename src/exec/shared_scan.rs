@@ -498,8 +498,9 @@ fn scan_pq_block(
         partitions[u] = Some((part, bits));
     }
     // RaBitQ: the block's queries rotated in kernel calls of 16 (the dot
-    // kernel is batch invariant: the same bits as rotating one alone).
-    let rotated: Vec<Option<Vec<f32>>> = match &seg.model.rq {
+    // kernel is batch invariant: the same bits as rotating one alone);
+    // chunk `c` holds queries `block.start + 16c ..`.
+    let rotated: Vec<Vec<f32>> = match &seg.model.rq {
         Some(rq) => {
             let dim = batch.queries.dim;
             let chunks: Vec<std::ops::Range<usize>> = block
@@ -510,19 +511,19 @@ fn scan_pq_block(
             let next = AtomicUsize::new(0);
             let parts = view.pool.run(threads.min(chunks.len()), |_| {
                 let mut got = Vec::new();
-                while let Some(c) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let mut c = next.fetch_add(1, Ordering::Relaxed);
+                while let Some(range) = chunks.get(c) {
                     got.push((
-                        c.start,
-                        rq.rotate(&batch.queries.data[c.start * dim..c.end * dim]),
+                        c,
+                        rq.rotate(&batch.queries.data[range.start * dim..range.end * dim]),
                     ));
+                    c = next.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(got)
             })?;
-            let mut out = vec![None; block.len()];
-            for (start, z) in parts.into_iter().flatten() {
-                for (k, zq) in z.chunks_exact(rq.padded).enumerate() {
-                    out[start + k - block.start] = Some(zq.to_vec());
-                }
+            let mut out = vec![Vec::new(); chunks.len()];
+            for (c, z) in parts.into_iter().flatten() {
+                out[c] = z;
             }
             out
         }
@@ -541,12 +542,14 @@ fn scan_pq_block(
         while let Some(qi) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|qi| *qi < block.end)
         {
             let q = batch.queries.row(qi);
-            let cq = match (
-                &seg.model.rq,
-                rotated.get(qi - block.start).cloned().flatten(),
-            ) {
-                (Some(rq), Some(z)) => CodeQuery::Rq(rq.query_rotated(batch.metric, q, z)),
-                _ => CodeQuery::new(seg, batch.metric, q).ok_or_else(|| {
+            let cq = match &seg.model.rq {
+                Some(rq) => {
+                    let k = qi - block.start;
+                    let at = (k % QUERY_GROUP) * rq.padded;
+                    let z = rotated[k / QUERY_GROUP][at..at + rq.padded].to_vec();
+                    CodeQuery::Rq(rq.query_rotated(batch.metric, q, z))
+                }
+                None => CodeQuery::new(seg, batch.metric, q).ok_or_else(|| {
                     Error::Internal("code scan of a segment without PQ or RaBitQ".into())
                 })?,
             };

@@ -28,19 +28,30 @@ pub struct KMeansParams {
 /// Nearest centroid of every row (row-major `rows`). Ties go to the lower
 /// centroid index.
 pub fn assign(rows: &[f32], dim: usize, centroids: &VectorBlocks, metric: Metric) -> Vec<u32> {
+    map_row_parts(rows, dim, |part| assign_range(part, dim, centroids, metric))
+}
+
+/// `f` of consecutive parts of `rows` (`dim` wide), one part per core in
+/// whole chunks of 256 rows (all of it on this thread when that is one
+/// part), the outputs concatenated in row order. For work whose output
+/// for a row depends on that row alone (assignment, encoding).
+pub fn map_row_parts<T: Send>(
+    rows: &[f32],
+    dim: usize,
+    f: impl Fn(&[f32]) -> Vec<T> + Sync,
+) -> Vec<T> {
     const CHUNK: usize = 256;
     let n = rows.len() / dim;
-    let threads = crate::config::cores();
-    let threads = threads.min(n.div_ceil(CHUNK)).max(1);
+    let threads = crate::config::cores().min(n.div_ceil(CHUNK)).max(1);
     if threads == 1 {
-        return assign_range(rows, dim, centroids, metric);
+        return f(rows);
     }
-    // Whole chunks per thread, so the work is cut the same way as above.
     let per = n.div_ceil(CHUNK).div_ceil(threads) * CHUNK;
+    let f = &f;
     std::thread::scope(|s| {
         let handles: Vec<_> = rows
             .chunks(per * dim)
-            .map(|part| s.spawn(move || assign_range(part, dim, centroids, metric)))
+            .map(|part| s.spawn(move || f(part)))
             .collect();
         // A panicking worker is a bug: re-raise it rather than lose rows.
         handles

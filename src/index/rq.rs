@@ -175,35 +175,17 @@ impl RabitQuantizer {
     }
 
     /// Codes of residuals `rows` (`dim` wide, row-major), rotated and
-    /// encoded on every core in whole chunks ([`code_len`](Self::code_len)
-    /// bytes a row, in order; each row's code depends on that row alone).
+    /// encoded on every core ([`code_len`](Self::code_len) bytes a row, in
+    /// order; each row's code depends on that row alone).
     pub fn encode_rows(&self, rows: &[f32]) -> Vec<u8> {
-        const CHUNK: usize = 256;
-        let n = rows.len() / self.dim;
         let len = self.code_len();
-        let encode = |part: &[f32]| {
+        crate::index::kmeans::map_row_parts(rows, self.dim, |part| {
             let z = self.rotate(part);
             let mut out = vec![0u8; part.len() / self.dim * len];
             for (zr, code) in z.chunks_exact(self.padded).zip(out.chunks_exact_mut(len)) {
                 self.encode_rotated(zr, code);
             }
             out
-        };
-        let threads = crate::config::cores().min(n.div_ceil(CHUNK)).max(1);
-        if threads == 1 {
-            return encode(rows);
-        }
-        let per = n.div_ceil(CHUNK).div_ceil(threads) * CHUNK;
-        std::thread::scope(|s| {
-            let handles: Vec<_> = rows
-                .chunks(per * self.dim)
-                .map(|part| s.spawn(move || encode(part)))
-                .collect();
-            // A panicking worker is a bug: re-raise it rather than lose rows.
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                .collect()
         })
     }
 
@@ -329,7 +311,6 @@ impl RabitQuantizer {
             c1: Vec::new(),
             cb: Vec::new(),
             screen: ScreenTerms::default(),
-            rows,
         })
     }
 
@@ -411,8 +392,8 @@ impl RabitQuantizer {
             let z = self.rotate(c);
             let table = self.plane_table(&z);
             let sum: f32 = z.iter().sum();
-            let (mut c1, mut cb) = (Vec::with_capacity(codes.rows), Vec::new());
-            for r in 0..codes.rows {
+            let (mut c1, mut cb) = (Vec::with_capacity(codes.len()), Vec::new());
+            for r in 0..codes.len() {
                 let (b, i) = (r / LOOKUP_ROWS, r % LOOKUP_ROWS);
                 c1.push(sign_dot(
                     plane_sum(&table, codes.sign.block(b), i, 0.0),
@@ -426,7 +407,7 @@ impl RabitQuantizer {
             codes.cb = cb;
         }
         let root = (self.padded as f64).sqrt();
-        let rows = codes.rows;
+        let rows = codes.len();
         let mut screen = ScreenTerms {
             inv_beta: Vec::with_capacity(rows),
             err_unit: Vec::with_capacity(rows),
@@ -672,7 +653,6 @@ pub struct RqCodes {
     pub cb: Vec<f32>,
     /// The screen's per-row terms (computed at load).
     pub screen: ScreenTerms,
-    rows: usize,
 }
 
 /// Per-row terms of the screen's limits, computed when a partition is
@@ -695,12 +675,12 @@ pub struct ScreenTerms {
 impl RqCodes {
     /// Rows held.
     pub fn len(&self) -> usize {
-        self.rows
+        self.norm.len()
     }
 
     /// True when no rows are held.
     pub fn is_empty(&self) -> bool {
-        self.rows == 0
+        self.norm.is_empty()
     }
 
     /// Bytes held (the partition cache's weight).
@@ -734,12 +714,13 @@ pub struct RqQuery {
     z: Vec<f32>,
 }
 
-/// What one scan of a partition did.
+/// What one query's scan of a code partition did, for the profile (PQ's
+/// scan reports the first count; its skips are the other rows).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RqCounts {
-    /// Rows given the full estimate.
+pub struct ScanCounts {
+    /// Rows given the full estimate (PQ: the float table).
     pub rescored: usize,
-    /// Rows the screen (lower bound and error bound) skipped.
+    /// RaBitQ: rows the screen (lower bound and error bound) skipped.
     pub bound_skipped: usize,
 }
 
@@ -753,7 +734,7 @@ pub fn scan_rq_codes(
     codes: &RqCodes,
     constant: f32,
     sink: &mut impl ScanSink,
-) -> RqCounts {
+) -> ScanCounts {
     let metric = query.metric;
     let kappa = if metric == Metric::L2 { 2.0f32 } else { 1.0 };
     let l2 = metric == Metric::L2;
@@ -784,14 +765,14 @@ pub fn scan_rq_codes(
     };
     let d_padded = quantizer.padded as f64;
     let spread = f64::from(EPSILON) / (d_padded - 1.0).max(1.0).sqrt();
-    let mut counts = RqCounts::default();
+    let mut counts = ScanCounts::default();
     let mut sums = [0u16; LOOKUP_ROWS];
     let mut shifts = [0.0f32; LOOKUP_ROWS];
     let plane0 = &codes.sign;
     let terms = &codes.screen;
     for blk in 0..plane0.block_count() {
         let first = blk * LOOKUP_ROWS;
-        let in_block = (codes.rows - first).min(LOOKUP_ROWS);
+        let in_block = (codes.len() - first).min(LOOKUP_ROWS);
         let mut candidates = match (&query.screen, sink.threshold()) {
             (Some(lut), Some(t)) => {
                 block_sums(kernel, lut, plane0, blk, &mut sums);

@@ -137,11 +137,15 @@ impl LookupTable {
         if widest_bits >= f32::INFINITY.to_bits() {
             return None;
         }
-        let lut = quantize_rows(table, m, true);
-        [lut.offset, lut.step, lut.magnitude, lut.level_sum_max]
+        quantize_rows(table, m, true).finite()
+    }
+
+    /// The table, if every derived sum is finite (else no screen).
+    fn finite(self) -> Option<LookupTable> {
+        [self.offset, self.step, self.magnitude, self.level_sum_max]
             .iter()
             .all(|v| v.is_finite())
-            .then_some(lut)
+            .then_some(self)
     }
 
     /// Quantizes a table given by halves: entry `(s, v)` is
@@ -200,18 +204,15 @@ impl LookupTable {
                 }
             }
         }
-        let lut = LookupTable {
+        LookupTable {
             m,
             levels,
             offset,
             step,
             magnitude,
             level_sum_max: step * (2.0 * half_top) * m as f32,
-        };
-        [lut.offset, lut.step, lut.magnitude, lut.level_sum_max]
-            .iter()
-            .all(|v| v.is_finite())
-            .then_some(lut)
+        }
+        .finite()
     }
 
     /// `Σ_s min_s`: the bound of a row whose levels are all zero.
