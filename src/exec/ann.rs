@@ -253,7 +253,7 @@ impl KernelQueries {
 /// (of a segment), through the dot kernel, written to
 /// `out[j * stride + r]`; returns the stride. The queries come as
 /// [`KernelQueries`] gives them: rows (row-major `qrows`), norms and, for
-/// SQ, offsets. (PQ partitions go through [`scan_pq_partition`].)
+/// SQ, offsets. (PQ and RaBitQ partitions go through [`scan_code_partition`].)
 #[allow(clippy::too_many_arguments)]
 pub fn score_partition(
     p: u32,

@@ -40,7 +40,7 @@
 //! thread keeps its own heaps and scratch, merged at the end, so there is no
 //! lock on the hot path. Unindexed fragments get one exact pass for the
 //! whole batch. Every (query, row) distance comes from the same functions as
-//! in the single-query path ([`score_partition`], [`scan_pq_partition`],
+//! in the single-query path ([`score_partition`], [`scan_code_partition`],
 //! the exact rerank's `fma_dot`), so each query's top-k is identical to what
 //! it gets alone.
 
