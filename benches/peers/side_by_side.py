@@ -9,6 +9,10 @@ cores). One query per call is batch 1; a batch of B queries is one call.
 For shoal, batch 1 is the single-query path (`per-query`), larger batches
 the shared scan.
 
+With `--refine-factor R` both sides rerank (k × R) index candidates with
+the exact vectors: shoal's `--refine-factor`, FAISS's `IndexRefineFlat`
+around the IVF index (`k_factor` R).
+
     ~/peers-venv/bin/python benches/peers/side_by_side.py --shoal target/release/shoal \\
         --base base.fvecs --queries query.fvecs --groundtruth groundtruth.ivecs --metric cosine \\
         --types ivf_flat,ivf_sq,ivf_pq,ivf_rq --partitions 256 --sub-vectors 48 --bits 4 --nprobes 16 \\
@@ -49,10 +53,14 @@ def shoal_pass(binary, dataset, a, nprobes, batch, scratch):
     out = os.path.join(scratch, "bench.json")
     shoal(binary, "bench", "--dataset", dataset, "--queries", a.queries, "--groundtruth",
           a.groundtruth, "--k", str(a.k), "--nprobes", str(nprobes), "--batch-sizes", str(batch),
-          "--modes", mode, "--json", out)
+          "--modes", mode, "--json", out, *refine_args(a))
     with open(out) as f:
         row = json.load(f)[0]
     return row["qps"], row["recall"]
+
+
+def refine_args(a):
+    return ["--refine-factor", str(a.refine_factor)] if a.refine_factor else []
 
 
 def main():
@@ -70,13 +78,15 @@ def main():
     p.add_argument("--batch-sizes", default="1,8,64")
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--k", type=int, default=10)
+    p.add_argument("--refine-factor", type=int, default=0,
+                   help="rerank k x R candidates with the exact vectors (0: no refine)")
     a = p.parse_args()
     faiss.omp_set_num_threads(2)
     xb, xq, gt, mt = load(a.base, a.queries, a.groundtruth, a.metric)
     d = xb.shape[1]
     print(f"shoal vs FAISS {faiss.__version__}: {xb.shape[0]} x {d}, {xq.shape[0]} queries, "
           f"metric {a.metric}, {a.partitions} partitions, PQ m={a.sub_vectors}, RQ bits={a.bits}, k={a.k}, "
-          f"median of {a.passes} alternating passes")
+          f"refine factor {a.refine_factor or 'none'}, median of {a.passes} alternating passes")
     print(f"| index | nprobes | batch | shoal QPS | FAISS QPS | shoal / FAISS | shoal recall@{a.k} | FAISS recall@{a.k} |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as scratch:
@@ -85,14 +95,18 @@ def main():
         for kind in a.types.split(","):
             shoal(a.shoal, "index", "--dataset", dataset, "--type", kind, "--partitions",
                   str(a.partitions), "--sub-vectors", str(a.sub_vectors), "--bits", str(a.bits))
-            index = make_index(kind, d, a.partitions, a.sub_vectors, mt, a.bits)
+            ivf = make_index(kind, d, a.partitions, a.sub_vectors, mt, a.bits)
+            index = ivf
+            if a.refine_factor:
+                index = faiss.IndexRefineFlat(ivf)
+                index.k_factor = a.refine_factor
             start = time.perf_counter()
             index.train(xb)
             index.add(xb)
             faiss_build = time.perf_counter() - start
             print(f"FAISS {kind} build {faiss_build:.2f} s", flush=True)
             for nprobes in [int(x) for x in a.nprobes.split(",")]:
-                index.nprobe = nprobes
+                ivf.nprobe = nprobes
                 for batch in [int(x) for x in a.batch_sizes.split(",")]:
                     ours, theirs = [], []
                     for _ in range(a.passes):
@@ -100,7 +114,8 @@ def main():
                         theirs.append(faiss_pass(index, xq, gt, a.k, batch))
                     sq = statistics.median(q for q, _ in ours)
                     fq = statistics.median(q for q, _ in theirs)
-                    print(f"| {kind} | {nprobes} | {batch} | {sq:.0f} | {fq:.0f} | {sq / fq:.2f} | "
+                    label = f"{kind} refine {a.refine_factor}" if a.refine_factor else kind
+                    print(f"| {label} | {nprobes} | {batch} | {sq:.0f} | {fq:.0f} | {sq / fq:.2f} | "
                           f"{ours[0][1]:.3f} | {theirs[0][1]:.3f} |", flush=True)
 
 

@@ -6,7 +6,11 @@
 //! `level = ⌊(entry − min_s) / step⌋`, one `step` for all sub-spaces and a
 //! minimum per sub-space — and 64 rows at a time are summed in integers
 //! with byte permutes (AVX-512 VBMI: a 256-entry table is four registers,
-//! two `vpermi2b` and a blend per sub-space for 64 rows; scalar elsewhere).
+//! two `vpermi2b` and a blend per sub-space for 64 rows). A table given by
+//! nibble halves ([`LookupTable::from_halves`], RaBitQ's bit planes) is
+//! also summed as two 16-entry tables per byte with AVX2 byte shuffles
+//! (`vpshufb`, 32 rows a register); other tables are summed one load per
+//! entry where VBMI is missing.
 //! Because every level is rounded *down*,
 //! `offset + step · Σ levels ≤ Σ entries` (`offset = Σ_s min_s`) holds in
 //! exact arithmetic: the integer sum gives a lower bound of the float
@@ -115,6 +119,10 @@ pub struct LookupTable {
     magnitude: f32,
     /// Largest level sum of a row, `m · top level`.
     level_sum_max: f32,
+    /// For a table built [`from_halves`](Self::from_halves): per sub-space
+    /// the 16 low-nibble levels then the 16 high-nibble ones (`m × 32`),
+    /// whose sums are `levels`; empty otherwise.
+    halves: Vec<u8>,
 }
 
 impl LookupTable {
@@ -188,18 +196,20 @@ impl LookupTable {
         // level up past the exact quotient.
         let scale = (1.0 / step) * (1.0 - 4.0 * U);
         let mut levels = vec![0u8; m * ENTRIES];
-        let (mut lo_levels, mut hi_levels) = ([0u8; HALF], [0u8; HALF]);
-        for (s, (&(l_lo, h_lo), out)) in mins
+        let mut halves = vec![0u8; m * 2 * HALF];
+        for (s, ((&(l_lo, h_lo), out), pair)) in mins
             .iter()
             .zip(levels.chunks_exact_mut(ENTRIES))
+            .zip(halves.chunks_exact_mut(2 * HALF))
             .enumerate()
         {
+            let (lo_levels, hi_levels) = pair.split_at_mut(HALF);
             for (k, (lv, hv)) in lo_levels.iter_mut().zip(hi_levels.iter_mut()).enumerate() {
                 *lv = ((low[s * HALF + k] - l_lo) * scale).min(half_top) as u8;
                 *hv = ((high[s * HALF + k] - h_lo) * scale).min(half_top) as u8;
             }
-            for (row, &hv) in out.chunks_exact_mut(HALF).zip(&hi_levels) {
-                for (o, &lv) in row.iter_mut().zip(&lo_levels) {
+            for (row, &hv) in out.chunks_exact_mut(HALF).zip(&*hi_levels) {
+                for (o, &lv) in row.iter_mut().zip(&*lo_levels) {
                     *o = lv + hv;
                 }
             }
@@ -211,6 +221,7 @@ impl LookupTable {
             step,
             magnitude,
             level_sum_max: step * (2.0 * half_top) * m as f32,
+            halves,
         }
         .finite()
     }
@@ -293,6 +304,7 @@ fn quantize_rows(table: &[f32], m: usize, wide: bool) -> LookupTable {
         step,
         magnitude,
         level_sum_max: step * top * m as f32,
+        halves: Vec::new(),
     }
 }
 
@@ -314,21 +326,42 @@ fn use_vbmi() -> bool {
     })
 }
 
+/// Uses the AVX2 nibble screen: AVX2 or AVX-512 chosen by
+/// [`Kernel::detect`] (so `SHOAL_KERNEL=scalar` turns it off).
+fn use_avx2() -> bool {
+    static AVX2: OnceLock<bool> = OnceLock::new();
+    *AVX2.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Kernel::detect() != Kernel::Scalar && std::arch::is_x86_feature_detected!("avx2")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
 /// How level sums are computed; the sums are the same either way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LookupKernel {
     /// AVX-512 VBMI byte permutes, 64 rows per instruction.
     Vbmi,
+    /// AVX2 byte shuffles for tables given by nibble halves, 32 rows per
+    /// instruction; other tables as [`Scalar`](Self::Scalar).
+    Avx2,
     /// One table load per (row, sub-space).
     Scalar,
 }
 
 impl LookupKernel {
-    /// The best this CPU supports (`SHOAL_KERNEL` below `avx512` means
-    /// scalar).
+    /// The best this CPU supports (`SHOAL_KERNEL=avx2` leaves out VBMI,
+    /// `scalar` both).
     pub fn detect() -> LookupKernel {
         if use_vbmi() {
             LookupKernel::Vbmi
+        } else if use_avx2() {
+            LookupKernel::Avx2
         } else {
             LookupKernel::Scalar
         }
@@ -339,6 +372,9 @@ impl LookupKernel {
         let mut out = Vec::new();
         if use_vbmi() {
             out.push(LookupKernel::Vbmi);
+        }
+        if use_avx2() {
+            out.push(LookupKernel::Avx2);
         }
         out.push(LookupKernel::Scalar);
         out
@@ -361,6 +397,12 @@ pub fn block_sums(
             // SAFETY: VBMI and BW are present (checked); `block` holds
             // m × 64 bytes and the levels m × 256 (asserted above).
             unsafe { vbmi::block_sums(&table.levels, block, table.m, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        LookupKernel::Avx2 if use_avx2() && !table.halves.is_empty() => {
+            // SAFETY: AVX2 is present (checked); `block` holds m × 64
+            // bytes and the halves m × 32 (built so by `from_halves`).
+            unsafe { nibbles::block_sums(&table.halves, block, table.m, out) }
         }
         _ => scalar_block_sums(&table.levels, block, table.m, out),
     }
@@ -414,6 +456,68 @@ fn scalar_block_sums(levels: &[u8], block: &[u8], m: usize, out: &mut [u16; LOOK
         let codes = &block[s * LOOKUP_ROWS..(s + 1) * LOOKUP_ROWS];
         for (o, &c) in out.iter_mut().zip(codes) {
             *o += t[c as usize] as u16;
+        }
+    }
+}
+
+/// The AVX2 sums of tables given by nibble halves.
+#[cfg(target_arch = "x86_64")]
+mod nibbles {
+    use super::LOOKUP_ROWS;
+    use std::arch::x86_64::*;
+
+    /// Level sums of one block's 64 rows: per sub-space, each code byte's
+    /// low nibble picks among the 16 low levels and its high nibble among
+    /// the 16 high ones (`vpshufb` on both 128-bit lanes), their byte sum
+    /// (at most 254: each half is at most half the top level) is widened
+    /// and added into 16-bit lanes.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2; `halves` holds `m × 32` bytes and `block`
+    /// `m × 64`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn block_sums(halves: &[u8], block: &[u8], m: usize, out: &mut [u16; LOOKUP_ROWS]) {
+        debug_assert!(halves.len() >= m * 32 && block.len() >= m * LOOKUP_ROWS);
+        let zero = _mm256_setzero_si256();
+        let nibble = _mm256_set1_epi8(15);
+        // unpacklo/hi interleave within 128-bit lanes: for rows 32h..32h+32
+        // `acc[2h]` holds rows +0..8 and +16..24, `acc[2h + 1]` rows +8..16
+        // and +24..32.
+        let mut acc = [zero; 4];
+        let (t, c) = (halves.as_ptr(), block.as_ptr());
+        for s in 0..m {
+            // SAFETY: in bounds by the caller's lengths.
+            unsafe {
+                let low = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.add(s * 32) as *const _));
+                let high =
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(t.add(s * 32 + 16) as *const _));
+                for h in 0..2 {
+                    let codes = _mm256_loadu_si256(c.add(s * LOOKUP_ROWS + 32 * h) as *const _);
+                    let lo = _mm256_and_si256(codes, nibble);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(codes), nibble);
+                    let v = _mm256_add_epi8(
+                        _mm256_shuffle_epi8(low, lo),
+                        _mm256_shuffle_epi8(high, hi),
+                    );
+                    acc[2 * h] = _mm256_add_epi16(acc[2 * h], _mm256_unpacklo_epi8(v, zero));
+                    acc[2 * h + 1] =
+                        _mm256_add_epi16(acc[2 * h + 1], _mm256_unpackhi_epi8(v, zero));
+                }
+            }
+        }
+        let mut lanes = [[0u16; 16]; 4];
+        for (l, a) in lanes.iter_mut().zip(&acc) {
+            // SAFETY: a 32-byte store into 16 × u16.
+            unsafe { _mm256_storeu_si256(l.as_mut_ptr() as *mut _, *a) };
+        }
+        for h in 0..2 {
+            let (lo, hi) = (&lanes[2 * h], &lanes[2 * h + 1]);
+            for lane in 0..2 {
+                for i in 0..8 {
+                    out[32 * h + 16 * lane + i] = lo[8 * lane + i];
+                    out[32 * h + 16 * lane + 8 + i] = hi[8 * lane + i];
+                }
+            }
         }
     }
 }
@@ -581,7 +685,8 @@ mod tests {
         assert!(CodeColumns::from_rows(0, &[]).is_none());
     }
 
-    /// Every kernel gives the same sums, equal to summing levels row by row.
+    /// Every kernel gives the same sums, equal to summing levels row by
+    /// row, for full tables and tables given by nibble halves.
     #[test]
     fn kernels_agree_with_a_row_by_row_sum() {
         let mut seed = 11;
@@ -590,12 +695,30 @@ mod tests {
             let table: Vec<f32> = (0..m * ENTRIES)
                 .map(|_| (lcg(&mut seed) % 10_000) as f32 / 37.0 - 100.0)
                 .collect();
-            let lut = LookupTable::quantize(&table, m).unwrap();
+            let mut half = || -> Vec<f32> {
+                (0..m * 16)
+                    .map(|_| (lcg(&mut seed) % 10_000) as f32 / 91.0 - 50.0)
+                    .collect()
+            };
+            let (low, high) = (half(), half());
+            let full = LookupTable::quantize(&table, m).unwrap();
+            let halved = LookupTable::from_halves(&low, &high, m).unwrap();
+            assert!(full.halves.is_empty());
+            // The halves' levels add up to the table's.
+            for (s, pair) in halved.halves.chunks_exact(32).enumerate() {
+                for c in 0..ENTRIES {
+                    let sum = pair[c & 15] + pair[16 + (c >> 4)];
+                    assert_eq!(halved.levels[s * ENTRIES + c], sum, "m {m} s {s} c {c}");
+                }
+            }
             let cols = CodeColumns::from_rows(m, &codes).unwrap();
-            for kernel in LookupKernel::available() {
+            for (lut, kernel) in [&full, &halved]
+                .into_iter()
+                .flat_map(|l| LookupKernel::available().into_iter().map(move |k| (l, k)))
+            {
                 let mut sums = [0u16; LOOKUP_ROWS];
                 for b in 0..cols.block_count() {
-                    block_sums(kernel, &lut, &cols, b, &mut sums);
+                    block_sums(kernel, lut, &cols, b, &mut sums);
                     for (i, &got) in sums.iter().enumerate() {
                         let r = b * LOOKUP_ROWS + i;
                         let want: u32 = if r < rows {
