@@ -248,20 +248,33 @@ impl LookupTable {
     }
 }
 
-/// The body of [`LookupTable::quantize`]; `wide` uses AVX-512 for the
-/// per-row ranges and levels (the same arithmetic, 16 entries at a time)
-/// where the CPU has it, and is ignored elsewhere.
+/// The body of [`LookupTable::quantize`]; `wide` uses AVX-512 (16
+/// entries at a time) or AVX2 (8) for the per-row ranges and levels where
+/// the CPU has it — the same arithmetic, the same levels.
 fn quantize_rows(table: &[f32], m: usize, wide: bool) -> LookupTable {
-    let wide = wide && use_vbmi();
+    #[derive(PartialEq)]
+    enum Path {
+        Avx512,
+        Avx2,
+        Scalar,
+    }
+    let path = match () {
+        () if wide && use_vbmi() => Path::Avx512,
+        () if wide && use_avx2() => Path::Avx2,
+        () => Path::Scalar,
+    };
     let top = (u16::MAX as usize / m).min(255) as f32;
     let mut mins = Vec::with_capacity(m);
     let (mut offset, mut widest, mut magnitude) = (0.0f32, 0.0f32, 0.0f32);
     for row in table.chunks_exact(ENTRIES).take(m) {
-        let (lo, hi) = match wide {
-            // SAFETY: `wide` only where AVX-512 F and BW are (VBMI check);
-            // the row holds 256 entries.
+        let (lo, hi) = match path {
+            // SAFETY: AVX-512 F and BW are present (VBMI check); the row
+            // holds 256 entries.
             #[cfg(target_arch = "x86_64")]
-            true => unsafe { vbmi::row_range(row) },
+            Path::Avx512 => unsafe { vbmi::row_range(row) },
+            // SAFETY: AVX2 is present (checked); the row holds 256 entries.
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => unsafe { nibbles::row_range(row) },
             _ => row
                 .iter()
                 .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
@@ -286,10 +299,13 @@ fn quantize_rows(table: &[f32], m: usize, wide: bool) -> LookupTable {
         .zip(levels.chunks_exact_mut(ENTRIES))
         .zip(&mins)
     {
-        match wide {
+        match path {
             // SAFETY: as above; `out` holds 256 bytes.
             #[cfg(target_arch = "x86_64")]
-            true => unsafe { vbmi::row_levels(row, lo, scale, top, out) },
+            Path::Avx512 => unsafe { vbmi::row_levels(row, lo, scale, top, out) },
+            // SAFETY: as above; `out` holds 256 bytes.
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => unsafe { nibbles::row_levels(row, lo, scale, top, out) },
             _ => {
                 for (v, l) in row.iter().zip(out) {
                     *l = ((v - lo) * scale).min(top) as u8;
@@ -460,11 +476,72 @@ fn scalar_block_sums(levels: &[u8], block: &[u8], m: usize, out: &mut [u16; LOOK
     }
 }
 
-/// The AVX2 sums of tables given by nibble halves.
+/// The AVX2 kernels: sums of tables given by nibble halves, and the
+/// quantizer's per-row range and levels.
 #[cfg(target_arch = "x86_64")]
 mod nibbles {
-    use super::LOOKUP_ROWS;
+    use super::{ENTRIES, LOOKUP_ROWS};
     use std::arch::x86_64::*;
+
+    /// Least and greatest of a sub-space's 256 entries.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2; `row` holds 256 floats.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn row_range(row: &[f32]) -> (f32, f32) {
+        assert!(row.len() >= ENTRIES);
+        let mut lo = _mm256_set1_ps(f32::INFINITY);
+        let mut hi = _mm256_set1_ps(f32::NEG_INFINITY);
+        for k in 0..ENTRIES / 8 {
+            // SAFETY: in bounds (asserted).
+            let v = unsafe { _mm256_loadu_ps(row.as_ptr().add(k * 8)) };
+            lo = _mm256_min_ps(lo, v);
+            hi = _mm256_max_ps(hi, v);
+        }
+        let (mut l, mut h) = ([0.0f32; 8], [0.0f32; 8]);
+        // SAFETY: 8-float stores.
+        unsafe {
+            _mm256_storeu_ps(l.as_mut_ptr(), lo);
+            _mm256_storeu_ps(h.as_mut_ptr(), hi);
+        }
+        (
+            l.iter().fold(f32::INFINITY, |a, &b| a.min(b)),
+            h.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)),
+        )
+    }
+
+    /// `out[c] = min((row[c] − lo) · scale, top)` truncated to a byte, as
+    /// the scalar loop computes it (the values are in `[0, top]`, so the
+    /// signed conversion and the saturating packs keep them).
+    ///
+    /// # Safety
+    /// The CPU supports AVX2; `row` holds 256 floats and `out` 256 bytes.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn row_levels(row: &[f32], lo: f32, scale: f32, top: f32, out: &mut [u8]) {
+        assert!(row.len() >= ENTRIES && out.len() >= ENTRIES);
+        let (lo, scale, top) = (
+            _mm256_set1_ps(lo),
+            _mm256_set1_ps(scale),
+            _mm256_set1_ps(top),
+        );
+        // The packs interleave 128-bit lanes; this puts the dwords back
+        // in row order.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for k in 0..ENTRIES / 32 {
+            // SAFETY: in bounds (asserted): 32 floats in, 32 bytes out.
+            unsafe {
+                let level = |j: usize| {
+                    let v = _mm256_loadu_ps(row.as_ptr().add(k * 32 + j * 8));
+                    let x = _mm256_min_ps(_mm256_mul_ps(_mm256_sub_ps(v, lo), scale), top);
+                    _mm256_cvttps_epi32(x)
+                };
+                let (a, b, c, d) = (level(0), level(1), level(2), level(3));
+                let bytes = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+                let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+                _mm256_storeu_si256(out.as_mut_ptr().add(k * 32) as *mut __m256i, bytes);
+            }
+        }
+    }
 
     /// Level sums of one block's 64 rows: per sub-space, each code byte's
     /// low nibble picks among the 16 low levels and its high nibble among
@@ -737,7 +814,7 @@ mod tests {
         }
     }
 
-    /// The AVX-512 quantizer gives the scalar one's levels, and both
+    /// The AVX-512 or AVX2 quantizer gives the scalar one's levels, and both
     /// candidate kernels the scalar bound's rows, for partial blocks too.
     #[test]
     fn wide_and_scalar_quantizers_and_bounds_agree() {
@@ -747,7 +824,7 @@ mod tests {
                 .map(|_| (lcg(&mut seed) % 100_000) as f32 / 77.0 - 600.0)
                 .collect();
             let narrow = quantize_rows(&table, m, false);
-            if use_vbmi() {
+            if use_vbmi() || use_avx2() {
                 let wide = quantize_rows(&table, m, true);
                 assert_eq!(wide.levels, narrow.levels, "m {m}");
                 assert_eq!(wide.offset.to_bits(), narrow.offset.to_bits());
