@@ -252,7 +252,6 @@ impl LookupTable {
 /// entries at a time) or AVX2 (8) for the per-row ranges and levels where
 /// the CPU has it — the same arithmetic, the same levels.
 fn quantize_rows(table: &[f32], m: usize, wide: bool) -> LookupTable {
-    #[derive(PartialEq)]
     enum Path {
         Avx512,
         Avx2,
@@ -274,7 +273,7 @@ fn quantize_rows(table: &[f32], m: usize, wide: bool) -> LookupTable {
             Path::Avx512 => unsafe { vbmi::row_range(row) },
             // SAFETY: AVX2 is present (checked); the row holds 256 entries.
             #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => unsafe { nibbles::row_range(row) },
+            Path::Avx2 => unsafe { avx2::row_range(row) },
             _ => row
                 .iter()
                 .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
@@ -305,7 +304,7 @@ fn quantize_rows(table: &[f32], m: usize, wide: bool) -> LookupTable {
             Path::Avx512 => unsafe { vbmi::row_levels(row, lo, scale, top, out) },
             // SAFETY: as above; `out` holds 256 bytes.
             #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => unsafe { nibbles::row_levels(row, lo, scale, top, out) },
+            Path::Avx2 => unsafe { avx2::row_levels(row, lo, scale, top, out) },
             _ => {
                 for (v, l) in row.iter().zip(out) {
                     *l = ((v - lo) * scale).min(top) as u8;
@@ -418,7 +417,7 @@ pub fn block_sums(
         LookupKernel::Avx2 if use_avx2() && !table.halves.is_empty() => {
             // SAFETY: AVX2 is present (checked); `block` holds m × 64
             // bytes and the halves m × 32 (built so by `from_halves`).
-            unsafe { nibbles::block_sums(&table.halves, block, table.m, out) }
+            unsafe { avx2::block_sums(&table.halves, block, table.m, out) }
         }
         _ => scalar_block_sums(&table.levels, block, table.m, out),
     }
@@ -479,7 +478,7 @@ fn scalar_block_sums(levels: &[u8], block: &[u8], m: usize, out: &mut [u16; LOOK
 /// The AVX2 kernels: sums of tables given by nibble halves, and the
 /// quantizer's per-row range and levels.
 #[cfg(target_arch = "x86_64")]
-mod nibbles {
+mod avx2 {
     use super::{ENTRIES, LOOKUP_ROWS};
     use std::arch::x86_64::*;
 
@@ -554,7 +553,7 @@ mod nibbles {
     /// `m × 64`.
     #[target_feature(enable = "avx2")]
     pub unsafe fn block_sums(halves: &[u8], block: &[u8], m: usize, out: &mut [u16; LOOKUP_ROWS]) {
-        debug_assert!(halves.len() >= m * 32 && block.len() >= m * LOOKUP_ROWS);
+        assert!(halves.len() >= m * 32 && block.len() >= m * LOOKUP_ROWS);
         let zero = _mm256_setzero_si256();
         let nibble = _mm256_set1_epi8(15);
         // unpacklo/hi interleave within 128-bit lanes: for rows 32h..32h+32
