@@ -54,7 +54,7 @@ use crate::exec::prefilter::Admission;
 use crate::exec::profile::{ms_since, Profile};
 use crate::index::ivf::LoadedSegment;
 use crate::index::partition::Partition;
-use crate::kernel::{dot_blocks, Kernel, BLOCK};
+use crate::kernel::Kernel;
 use crate::query::{Candidate, Nprobes, TopK, ValidatedBatch};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -589,8 +589,9 @@ fn scan_pq_block(
 /// each fragment's vector column is read once for the batch; each
 /// candidate's distance is computed as the single-query rerank computes it
 /// (`fma_dot` of the prepared query and the stored vector, finished by the
-/// metric; here by the block kernel, whose lanes are that chain), sorted
-/// and cut the same way.
+/// metric; here eight candidates' chains interleaved,
+/// [`VectorBlocks::fma_dot_pairs`](crate::kernel::VectorBlocks::fma_dot_pairs)),
+/// sorted and cut the same way.
 pub fn refine_shared(
     view: &IndexView<'_>,
     batch: &ValidatedBatch,
@@ -617,9 +618,6 @@ pub fn refine_shared(
             }
         }
     }
-    let kernel = Kernel::detect();
-    let mut scratch = Vec::new();
-    let mut qrows = Vec::new();
     for (fragment, pairs) in &by_fragment {
         view.cancel.check()?;
         let frag = view
@@ -630,11 +628,9 @@ pub fn refine_shared(
                 Error::Internal(format!("fragment {fragment} is not in the snapshot"))
             })?;
         let vectors = frag.vectors(&batch.column)?;
-        // By block of 16 rows: one kernel call scores the block for every
-        // query with a candidate in it (lanes are independent FMA chains,
-        // each the same chain as `fma_dot`), instead of one latency-bound
-        // chain per candidate.
-        let mut by_block: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+        // Each candidate's dot product as the single-query rerank's FMA
+        // chain, eight candidates' chains at a time.
+        let mut rows = Vec::with_capacity(pairs.len());
         for &(qi, j) in pairs {
             let row = (found[qi][j].row_id & 0xffff_ffff) as usize;
             if row >= vectors.len() {
@@ -643,28 +639,14 @@ pub fn refine_shared(
                     found[qi][j].row_id
                 )));
             }
-            by_block.entry(row / BLOCK).or_default().push((qi, j));
+            rows.push((qi, row));
         }
-        for (block, members) in by_block {
-            let mut queries: Vec<usize> = members.iter().map(|&(qi, _)| qi).collect();
-            queries.sort_unstable();
-            queries.dedup();
-            qrows.clear();
-            for &qi in &queries {
-                qrows.extend_from_slice(batch.queries.row(qi));
-            }
-            scratch.resize(queries.len() * BLOCK, 0.0);
-            dot_blocks(kernel, &qrows, &vectors, block..block + 1, &mut scratch);
-            for (qi, j) in members {
-                let c = &mut found[qi][j];
-                let i = (c.row_id & 0xffff_ffff) as usize;
-                let q = queries.binary_search(&qi).unwrap_or(0);
-                c.distance = batch.metric.finish(
-                    scratch[q * BLOCK + i % BLOCK],
-                    batch.queries.norms_sq[qi],
-                    vectors.norms_sq()[i],
-                );
-            }
+        let dots = vectors.fma_dot_pairs(&batch.queries, &rows);
+        for ((&(qi, j), &(_, i)), dot) in pairs.iter().zip(&rows).zip(dots) {
+            found[qi][j].distance =
+                batch
+                    .metric
+                    .finish(dot, batch.queries.norms_sq[qi], vectors.norms_sq()[i]);
         }
         profile.refine_rows_read += pairs.len() as u64;
     }

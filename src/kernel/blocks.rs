@@ -185,6 +185,66 @@ impl VectorBlocks {
         self.blocks.len() * std::mem::size_of::<Lanes>() + self.norms_sq.len() * 4
     }
 
+    /// `fma_dot(queries.row(q), &self.vector(i))` for each pair `(q, i)`
+    /// — the same FMA chain from `+0.0`, so the same bits — with eight
+    /// pairs' chains interleaved so that they do not wait on each other's
+    /// latency (a refine's scattered candidates, one row each). Panics
+    /// where `i` or `q` is out of range or the dimensions differ.
+    pub fn fma_dot_pairs(&self, queries: &PreparedQueries, pairs: &[(usize, usize)]) -> Vec<f32> {
+        assert_eq!(queries.dim, self.dim, "fma_dot_pairs: dimensions differ");
+        #[cfg(target_arch = "x86_64")]
+        {
+            static HAS_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            if *HAS_FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma")) {
+                // SAFETY: the CPU supports FMA (checked above).
+                return unsafe { self.fma_dot_pairs_hw(queries, pairs) };
+            }
+        }
+        self.fma_dot_pairs_chains(queries, pairs)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "fma")]
+    unsafe fn fma_dot_pairs_hw(
+        &self,
+        queries: &PreparedQueries,
+        pairs: &[(usize, usize)],
+    ) -> Vec<f32> {
+        self.fma_dot_pairs_chains(queries, pairs)
+    }
+
+    #[inline(always)]
+    fn fma_dot_pairs_chains(
+        &self,
+        queries: &PreparedQueries,
+        pairs: &[(usize, usize)],
+    ) -> Vec<f32> {
+        const WAYS: usize = 8;
+        let dim = self.dim;
+        let mut out = Vec::with_capacity(pairs.len());
+        for group in pairs.chunks(WAYS) {
+            // Short groups repeat their first pair in the spare chains.
+            let pick = |l: usize| group.get(l).unwrap_or(&group[0]);
+            let q: [&[f32]; WAYS] = std::array::from_fn(|l| queries.row(pick(l).0));
+            let x: [&[Lanes]; WAYS] = std::array::from_fn(|l| {
+                let b = pick(l).1 / BLOCK;
+                &self.blocks[b * dim..(b + 1) * dim]
+            });
+            let lane: [usize; WAYS] = std::array::from_fn(|l| pick(l).1 % BLOCK);
+            for &(_, i) in group {
+                assert!(i < self.len, "fma_dot_pairs: row {i} of {}", self.len);
+            }
+            let mut acc = [0.0f32; WAYS];
+            for j in 0..dim {
+                for l in 0..WAYS {
+                    acc[l] = q[l][j].mul_add(x[l][j].0[lane[l]], acc[l]);
+                }
+            }
+            out.extend_from_slice(&acc[..group.len()]);
+        }
+        out
+    }
+
     /// Rebuilds from the raw parts written by [`VectorBlocks::raw_blocks`]
     /// and [`VectorBlocks::norms_sq`]; `None` if the sizes disagree.
     pub fn from_parts(
@@ -210,5 +270,38 @@ impl VectorBlocks {
 
     pub(super) fn block_slice(&self, blocks: Range<usize>) -> &[Lanes] {
         &self.blocks[blocks.start * self.dim..blocks.end * self.dim]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::fma_dot;
+
+    /// Interleaved chains give `fma_dot`'s bits for every pair, in full
+    /// and short groups of eight.
+    #[test]
+    fn fma_dot_pairs_are_fma_dots() {
+        let (dim, rows, nq) = (37, 70, 5);
+        let mut seed = 5u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        };
+        let data: Vec<f32> = (0..rows * dim).map(|_| next()).collect();
+        let qs: Vec<f32> = (0..nq * dim).map(|_| next()).collect();
+        let xs = VectorBlocks::from_rows(dim, &data);
+        let queries = PreparedQueries::new(Metric::Dot, dim, &qs);
+        for n in [0, 1, 7, 8, 9, 23] {
+            let pairs: Vec<(usize, usize)> = (0..n).map(|p| (p * 3 % nq, p * 17 % rows)).collect();
+            let got = xs.fma_dot_pairs(&queries, &pairs);
+            assert_eq!(got.len(), n);
+            for (&(q, i), g) in pairs.iter().zip(&got) {
+                let want = fma_dot(queries.row(q), &xs.vector(i));
+                assert_eq!(g.to_bits(), want.to_bits(), "pair ({q}, {i})");
+            }
+        }
     }
 }
