@@ -517,9 +517,9 @@ pub fn levels_dot(kernel: Kernel, row: &[u8], nibbles: bool, z: &[f32]) -> f32 {
 fn levels_dot_fma(row: &[u8], nibbles: bool, z: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::is_x86_feature_detected as has;
-        static FMA: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
-        let (fma, avx2) = *FMA.get_or_init(|| (has!("fma"), has!("avx2")));
+        static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let fma = crate::kernel::has_fma();
+        let avx2 = *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2"));
         if fma && avx2 {
             // SAFETY: the CPU supports FMA and AVX2 (checked above).
             return unsafe { levels_dot_avx2(row, nibbles, z) };

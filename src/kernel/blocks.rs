@@ -193,12 +193,9 @@ impl VectorBlocks {
     pub fn fma_dot_pairs(&self, queries: &PreparedQueries, pairs: &[(usize, usize)]) -> Vec<f32> {
         assert_eq!(queries.dim, self.dim, "fma_dot_pairs: dimensions differ");
         #[cfg(target_arch = "x86_64")]
-        {
-            static HAS_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-            if *HAS_FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma")) {
-                // SAFETY: the CPU supports FMA (checked above).
-                return unsafe { self.fma_dot_pairs_hw(queries, pairs) };
-            }
+        if super::has_fma() {
+            // SAFETY: the CPU supports FMA (checked above).
+            return unsafe { self.fma_dot_pairs_hw(queries, pairs) };
         }
         self.fma_dot_pairs_chains(queries, pairs)
     }

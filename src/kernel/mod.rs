@@ -34,14 +34,19 @@ use std::sync::OnceLock;
 /// per-pair arithmetic of every SIMD kernel, used for norms and tests.
 pub fn fma_dot(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    {
-        static HAS_FMA: OnceLock<bool> = OnceLock::new();
-        if *HAS_FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma")) {
-            // SAFETY: the CPU supports FMA (checked above).
-            return unsafe { fma_dot_hw(a, b) };
-        }
+    if has_fma() {
+        // SAFETY: the CPU supports FMA (checked above).
+        return unsafe { fma_dot_hw(a, b) };
     }
     fma_dot_chain(a, b)
+}
+
+/// Whether the CPU has hardware FMA (detected once), for the paths that
+/// compile an FMA chain with `#[target_feature(enable = "fma")]`.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_fma() -> bool {
+    static HAS_FMA: OnceLock<bool> = OnceLock::new();
+    *HAS_FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma"))
 }
 
 /// The chain itself; `mul_add` is a hardware FMA where the caller enables
