@@ -247,7 +247,8 @@ pub fn scalar_json(v: &ScalarValue) -> Value {
 }
 
 /// The query string of a raw-float32 batch (`Content-Type:
-/// application/octet-stream` on `/search/batch` and `/explain`): the
+/// application/octet-stream` or `application/vnd.apache.arrow.stream` on
+/// `/search/batch` and `/explain`): the
 /// batch-wide options of a JSON `vectors` batch, `select` comma-separated.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

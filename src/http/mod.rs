@@ -234,11 +234,21 @@ where
 }
 
 /// A batch search's body: JSON ([`BatchBody`]), or with `Content-Type:
-/// application/octet-stream` raw little-endian float32 vectors with the
-/// options in the query string ([`RawBatchParams`]).
+/// application/octet-stream` raw little-endian float32 vectors, or with
+/// `application/vnd.apache.arrow.stream` an Arrow IPC stream of vectors,
+/// both with the options in the query string ([`RawBatchParams`]).
 enum BatchInput {
     Json(BatchBody),
-    Raw(RawBatchParams, axum::body::Bytes),
+    Raw(RawBatchParams, axum::body::Bytes, BinaryBody),
+}
+
+/// How a binary batch body holds its vectors.
+#[derive(Clone, Copy)]
+enum BinaryBody {
+    /// Little-endian float32, query after query.
+    Float32,
+    /// An Arrow IPC stream of one `FixedSizeList<Float32>` column.
+    ArrowStream,
 }
 
 impl BatchInput {
@@ -250,11 +260,14 @@ impl BatchInput {
     ) -> Result<crate::query::BatchQuery, ApiError> {
         match self {
             BatchInput::Json(body) => Ok(body.into_batch()?),
-            BatchInput::Raw(params, body) => {
+            BatchInput::Raw(params, body, form) => {
                 let latest = ds.latest();
                 let (_, dim, _) = latest.schema().vector_column(params.column.as_deref())?;
-                let vectors = wire::split_raw_batch(&body, dim)
-                    .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, "malformed_body", m))?;
+                let vectors = match form {
+                    BinaryBody::Float32 => wire::split_raw_batch(&body, dim),
+                    BinaryBody::ArrowStream => wire::arrow_batch(&body, dim),
+                }
+                .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, "malformed_body", m))?;
                 Ok(params.into_batch(vectors)?)
             }
         }
@@ -265,16 +278,20 @@ impl<S: Send + Sync> FromRequest<S> for BatchInput {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let raw = req
+        let content_type = req
             .headers()
             .get(axum::http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/octet-stream"));
-        if !raw {
+            .unwrap_or_default();
+        let form = if content_type.starts_with("application/octet-stream") {
+            BinaryBody::Float32
+        } else if content_type.starts_with("application/vnd.apache.arrow.stream") {
+            BinaryBody::ArrowStream
+        } else {
             return JsonBody::<BatchBody>::from_request(req, state)
                 .await
                 .map(|JsonBody(body)| BatchInput::Json(body));
-        }
+        };
         let params = axum::extract::Query::<RawBatchParams>::try_from_uri(req.uri())
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_query_string", e.body_text()))?
             .0;
@@ -288,7 +305,7 @@ impl<S: Send + Sync> FromRequest<S> for BatchInput {
                     ApiError::new(StatusCode::BAD_REQUEST, "malformed_body", e.body_text())
                 }
             })?;
-        Ok(BatchInput::Raw(params, body))
+        Ok(BatchInput::Raw(params, body, form))
     }
 }
 

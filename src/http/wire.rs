@@ -5,7 +5,9 @@
 //! to the engine, so both get the same answers. A batch may also come as
 //! a raw body of little-endian float32 (`application/octet-stream`),
 //! query after query, with its options in the query string
-//! ([`split_raw_batch`]).
+//! ([`split_raw_batch`]), or as an Arrow IPC stream
+//! (`application/vnd.apache.arrow.stream`) of one `FixedSizeList<Float32>`
+//! column, a row per query ([`arrow_batch`]).
 
 use base64::Engine as _;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
@@ -80,6 +82,58 @@ pub fn split_raw_batch(body: &[u8], dim: usize) -> Result<Vec<Vec<f32>>, String>
         .collect())
 }
 
+/// The query vectors of an Arrow IPC stream body: its record batches'
+/// first column, `FixedSizeList<Float32>` of `dim` values a row (other
+/// columns are ignored), a row per query, in order. Null rows or values
+/// are refused (a query must be a whole vector).
+pub fn arrow_batch(body: &[u8], dim: usize) -> Result<Vec<Vec<f32>>, String> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Float32Type;
+    use arrow_array::Array;
+    let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None)
+        .map_err(|e| format!("the body is not an Arrow IPC stream: {e}"))?;
+    let mut queries = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| format!("the Arrow IPC stream is damaged: {e}"))?;
+        let Some(column) = batch.columns().first() else {
+            return Err("the Arrow IPC stream's batches have no column".into());
+        };
+        let list = column.as_fixed_size_list_opt().ok_or_else(|| {
+            format!(
+                "the first column of an Arrow batch body must be FixedSizeList<Float32> \
+                 ({dim} values a row); it is {}",
+                column.data_type()
+            )
+        })?;
+        let values = list
+            .values()
+            .as_primitive_opt::<Float32Type>()
+            .ok_or_else(|| {
+                format!(
+                    "the first column of an Arrow batch body must hold Float32 values; it holds {}",
+                    list.value_type()
+                )
+            })?;
+        if list.value_length() as usize != dim {
+            return Err(format!(
+                "the Arrow batch body's vectors have {} values; the column has {dim} dimensions",
+                list.value_length()
+            ));
+        }
+        if list.null_count() > 0 || values.null_count() > 0 {
+            return Err("an Arrow batch body's vectors may not be null or hold nulls".into());
+        }
+        for row in 0..list.len() {
+            let at = list.value_offset_at(row);
+            queries.push(values.values()[at..at + dim].to_vec());
+        }
+    }
+    if queries.is_empty() {
+        return Err("the Arrow batch body holds no query vector".into());
+    }
+    Ok(queries)
+}
+
 /// `deserialize_with` for a query vector field.
 pub fn vector<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
     WireVector::deserialize(d).map(|v| v.0)
@@ -129,6 +183,63 @@ mod tests {
         assert!(split_raw_batch(&body, 5).unwrap_err().contains("48 bytes"));
         assert!(split_raw_batch(&body[..47], 4).is_err());
         assert!(split_raw_batch(&[], 4).is_err());
+    }
+
+    fn arrow_stream(dim: i32, rows: &[Option<Vec<f32>>]) -> Vec<u8> {
+        use arrow_array::{ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
+        use arrow_schema::{DataType, Field, Schema};
+        let item = std::sync::Arc::new(Field::new("item", DataType::Float32, true));
+        let flat: Vec<f32> = rows
+            .iter()
+            .flat_map(|r| r.clone().unwrap_or(vec![0.0; dim as usize]))
+            .collect();
+        let nulls = rows.iter().any(|r| r.is_none()).then(|| {
+            arrow_buffer::NullBuffer::from(rows.iter().map(|r| r.is_some()).collect::<Vec<_>>())
+        });
+        let list = FixedSizeListArray::new(
+            item.clone(),
+            dim,
+            std::sync::Arc::new(Float32Array::from(flat)),
+            nulls,
+        );
+        let schema = std::sync::Arc::new(Schema::new(vec![Field::new(
+            "vector",
+            DataType::FixedSizeList(item, dim),
+            true,
+        )]));
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![std::sync::Arc::new(list) as ArrayRef])
+                .unwrap();
+        let mut out = Vec::new();
+        let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut out, &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.write(&batch.slice(1, 1)).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        out
+    }
+
+    #[test]
+    fn an_arrow_stream_body_gives_its_rows_bit_for_bit() {
+        let rows = vec![
+            Some(vec![0.1f32, -2.0, 3.5]),
+            Some(vec![f32::MIN_POSITIVE, 0.0, -0.0]),
+        ];
+        let queries = arrow_batch(&arrow_stream(3, &rows), 3).unwrap();
+        // Two record batches: both rows, then the second again (a slice).
+        assert_eq!(queries.len(), 3);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&queries[0]), bits(rows[0].as_ref().unwrap()));
+        assert_eq!(bits(&queries[1]), bits(rows[1].as_ref().unwrap()));
+        assert_eq!(bits(&queries[2]), bits(rows[1].as_ref().unwrap()));
+        assert!(arrow_batch(&arrow_stream(3, &rows), 4)
+            .unwrap_err()
+            .contains("3 values"));
+        let with_null = arrow_stream(3, &[Some(vec![1.0, 2.0, 3.0]), None]);
+        assert!(arrow_batch(&with_null, 3).unwrap_err().contains("null"));
+        assert!(arrow_batch(b"not arrow", 3)
+            .unwrap_err()
+            .contains("not an Arrow IPC stream"));
     }
 
     #[test]

@@ -232,6 +232,60 @@ fn searches_over_http_answer_what_the_in_process_path_answers() {
         got["results"], want["results"],
         "a raw float32 batch = JSON"
     );
+    // The same batch as an Arrow IPC stream (one FixedSizeList<Float32>
+    // column), options in the query string.
+    let arrow_body = {
+        use shoal::arrow_array::{ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
+        use shoal::arrow_schema::{DataType, Field, Schema};
+        let dim = vectors[0].len() as i32;
+        let item = std::sync::Arc::new(Field::new("item", DataType::Float32, false));
+        let list = FixedSizeListArray::new(
+            item.clone(),
+            dim,
+            std::sync::Arc::new(Float32Array::from(
+                vectors.iter().flatten().copied().collect::<Vec<f32>>(),
+            )),
+            None,
+        );
+        let schema = std::sync::Arc::new(Schema::new(vec![Field::new(
+            "q",
+            DataType::FixedSizeList(item, dim),
+            false,
+        )]));
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![std::sync::Arc::new(list) as ArrayRef])
+                .unwrap();
+        let mut out = Vec::new();
+        let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut out, &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        out
+    };
+    let post_arrow = |query: &str, body: &[u8]| -> (u16, serde_json::Value) {
+        let mut response = agent()
+            .post(&format!(
+                "{}/v1/datasets/ds/search/batch?{query}",
+                server.url
+            ))
+            .header("content-type", "application/vnd.apache.arrow.stream")
+            .send(body)
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap();
+        (status, serde_json::from_str(&text).unwrap())
+    };
+    let (status, got) = post_arrow(
+        "k=6&nprobes=2&filter=len%20%3C%2020&select=len,category",
+        &arrow_body,
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["results"], want["results"], "an Arrow batch = JSON");
+    let (status, error) = post_arrow("k=6", &arrow_body[..arrow_body.len() / 2]);
+    assert_eq!(status, 400, "{error}");
+    let (status, error) = post_arrow("k=6", &raw);
+    assert_eq!(status, 400, "{error}");
+    assert!(error.to_string().contains("Arrow"), "{error}");
     let (status, error) = post_raw("k=6", &raw[..raw.len() - 4]);
     assert_eq!(status, 400, "{error}");
     assert!(error.to_string().contains("whole query vectors"), "{error}");
