@@ -60,21 +60,38 @@ pub fn rank_partitions(
     queries: &PreparedQueries,
     limit: usize,
 ) -> Vec<Vec<u32>> {
+    rank_query_range(seg, metric, queries, 0..queries.len(), limit)
+}
+
+/// [`rank_partitions`] for queries `range` of `queries` only. A query's
+/// ranking does not depend on the other queries of the kernel call (the
+/// kernel's per-pair sums are batch invariant), so ranges can be ranked on
+/// different threads.
+pub fn rank_query_range(
+    seg: &LoadedSegment,
+    metric: Metric,
+    queries: &PreparedQueries,
+    range: std::ops::Range<usize>,
+    limit: usize,
+) -> Vec<Vec<u32>> {
     let cents = &seg.model.centroids;
     let nb = cents.block_count();
     let stride = nb * BLOCK;
-    let mut dots = vec![0.0f32; queries.len() * stride];
-    dot_blocks(Kernel::detect(), &queries.data, cents, 0..nb, &mut dots);
+    let dim = queries.dim;
+    let rows = &queries.data[range.start * dim..range.end * dim];
+    let mut dots = vec![0.0f32; range.len() * stride];
+    dot_blocks(Kernel::detect(), rows, cents, 0..nb, &mut dots);
     let coarse = coarse_metric(metric);
     let n = cents.len();
     let limit = limit.min(n);
-    (0..queries.len())
-        .map(|qi| {
+    range
+        .enumerate()
+        .map(|(at, qi)| {
             let mut ranked: Vec<(f32, u32)> = (0..n)
                 .map(|c| {
                     (
                         coarse.finish(
-                            dots[qi * stride + c],
+                            dots[at * stride + c],
                             queries.norms_sq[qi],
                             cents.norms_sq()[c],
                         ),

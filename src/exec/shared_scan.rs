@@ -46,11 +46,11 @@
 
 use crate::error::{Error, Result};
 use crate::exec::ann::{
-    probe_bounds, push_scored, rank_partitions, scan_code_partition, score_partition, unindexed,
-    CodeQuery, IndexView, KernelQueries,
+    probe_bounds, push_scored, rank_partitions, rank_query_range, scan_code_partition,
+    score_partition, unindexed, CodeQuery, IndexView, KernelQueries,
 };
 use crate::exec::exact;
-use crate::exec::prefilter::Admission;
+use crate::exec::prefilter::{Admission, Bits};
 use crate::exec::profile::{ms_since, Profile};
 use crate::index::ivf::LoadedSegment;
 use crate::index::partition::Partition;
@@ -138,7 +138,7 @@ pub fn search_shared(
         .unwrap_or(0);
     for seg in &view.segments {
         let t = Instant::now();
-        let ranked = rank_partitions(seg, batch.metric, &batch.queries, limit);
+        let ranked = rank_shared(view, seg, batch, limit)?;
         profile.rank_ms += ms_since(t);
         let t = Instant::now();
         let loads = Loads::default();
@@ -193,6 +193,42 @@ pub fn search_shared(
         profile.scan_ms += ms_since(t);
     }
     Ok(heaps)
+}
+
+/// Every query's ranked partitions of `seg` ([`rank_partitions`]), ranked on
+/// the scan threads in groups of [`QUERY_GROUP`] queries when the batch is
+/// large enough to be worth it: ranking is a serial step before the
+/// partition scan, and on many cores a serial step of a few percent
+/// becomes a large share of the batch's time.
+fn rank_shared(
+    view: &IndexView<'_>,
+    seg: &LoadedSegment,
+    batch: &ValidatedBatch,
+    limit: usize,
+) -> Result<Vec<Vec<u32>>> {
+    let n = batch.len();
+    let groups = n.div_ceil(QUERY_GROUP);
+    let shares = threads_for(view, n * seg.partitions(), groups);
+    if shares <= 1 {
+        return Ok(rank_partitions(seg, batch.metric, &batch.queries, limit));
+    }
+    let next = AtomicUsize::new(0);
+    let ranked = view.pool.run(shares, |_| {
+        let mut got = Vec::new();
+        while let Some(g) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&g| g < groups) {
+            let range = g * QUERY_GROUP..((g + 1) * QUERY_GROUP).min(n);
+            got.push((
+                g,
+                rank_query_range(seg, batch.metric, &batch.queries, range, limit),
+            ));
+        }
+        Ok(got)
+    })?;
+    let mut by_group: Vec<Vec<Vec<u32>>> = vec![Vec::new(); groups];
+    for (g, lists) in ranked.into_iter().flatten() {
+        by_group[g] = lists;
+    }
+    Ok(by_group.into_iter().flatten().collect())
 }
 
 /// Each query's probe list in `seg` (from its ranked partitions, nearest
@@ -345,9 +381,13 @@ fn scan_partition_major(
             probers[p as usize].push(qi);
         }
     }
-    let units: Vec<u32> = (0..seg.partitions() as u32)
+    let mut units: Vec<u32> = (0..seg.partitions() as u32)
         .filter(|&p| !probers[p as usize].is_empty())
         .collect();
+    // Largest units first (rows × queries): the threads take units in
+    // this order, so the last ones to start are the small ones and the
+    // shares end close together, where partitions differ widely in size.
+    units.sort_by_key(|&p| std::cmp::Reverse(seg.partition_rows(p) * probers[p as usize].len()));
     profile.distinct_partitions += units.len() as u64;
     let work: usize = units
         .iter()
@@ -416,12 +456,63 @@ fn scan_partition_major(
     profile.share_busy_ms += busy_ns.load(Ordering::Relaxed) as f64 / 1e6;
     profile.share_max_ms += longest_ns.load(Ordering::Relaxed) as f64 / 1e6;
     let merging = Instant::now();
+    merge_shares(view, heaps, parts)?;
+    profile.heap_merge_ms += ms_since(merging);
+    Ok(())
+}
+
+/// One group of queries' heaps, and each share's heaps of those queries.
+type MergeUnit<'h> = (&'h mut [TopK], Vec<Vec<TopK>>);
+
+/// Queries whose per-share heaps one merge unit takes.
+const MERGE_GROUP: usize = 16;
+
+/// Merges each share's heaps (`parts[share][query]`) into `heaps`. The
+/// merge's work grows with the shares (each keeps up to k + offset rows of
+/// every query it scanned for), so on many threads a serial merge would
+/// take a growing share of a shrinking batch time: the queries are merged
+/// in groups of [`MERGE_GROUP`] on the scan threads instead. Any merge
+/// order gives the same heap (one total order: distance, then row id).
+fn merge_shares(view: &IndexView<'_>, heaps: &mut [TopK], parts: Vec<Vec<TopK>>) -> Result<()> {
+    let groups = heaps.len().div_ceil(MERGE_GROUP);
+    let entries: usize = parts.iter().flatten().map(TopK::len).sum();
+    let shares = threads_for(view, entries, groups);
+    if parts.len() <= 1 || shares <= 1 {
+        for part in parts {
+            for (h, p) in heaps.iter_mut().zip(part) {
+                h.merge(p);
+            }
+        }
+        return Ok(());
+    }
+    // Group g: its queries' heaps, and each share's heaps of those queries.
+    let mut from_shares: Vec<Vec<Vec<TopK>>> = (0..groups).map(|_| Vec::new()).collect();
     for part in parts {
-        for (h, p) in heaps.iter_mut().zip(part) {
-            h.merge(p);
+        let mut part = part.into_iter();
+        for group in from_shares.iter_mut() {
+            group.push(part.by_ref().take(MERGE_GROUP).collect());
         }
     }
-    profile.heap_merge_ms += ms_since(merging);
+    let units: Vec<Mutex<MergeUnit<'_>>> = heaps
+        .chunks_mut(MERGE_GROUP)
+        .zip(from_shares)
+        .map(Mutex::new)
+        .collect();
+    let next = AtomicUsize::new(0);
+    view.pool.run(shares, |_| {
+        while let Some(unit) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let mut unit = unit
+                .lock()
+                .map_err(|_| Error::Internal("a heap merge panicked".into()))?;
+            let (heaps, from_shares) = &mut *unit;
+            for part in std::mem::take(from_shares) {
+                for (h, p) in heaps.iter_mut().zip(part) {
+                    h.merge(p);
+                }
+            }
+        }
+        Ok(())
+    })?;
     Ok(())
 }
 
@@ -476,10 +567,22 @@ fn scan_pq_block(
         .flat_map(|parts| parts.iter().map(|&p| seg.partition_rows(p)))
         .sum();
     let threads = threads_for(view, work, block.len());
+    // Fewer queries than threads (a lone query, say): PQ splits each
+    // query's partitions over the threads instead (see `scan_pq_split`).
+    // RaBitQ does not: its screen's error bound makes which rows it skips
+    // depend on the heap it scans into, so each query keeps its walk.
+    let split = seg.model.rq.is_none()
+        && block.len() < view.threads
+        && threads_for(view, work, units.len()) > 1;
+    let fetch_threads = if split {
+        threads_for(view, work, units.len())
+    } else {
+        threads
+    };
     // Fetch: each distinct partition once, shared out to the threads, with
     // the bits of each prefilter its queries bring.
     let next = AtomicUsize::new(0);
-    let fetched = view.pool.run(threads, |_| {
+    let fetched = view.pool.run(fetch_threads, |_| {
         let mut got = Vec::new();
         while let Some(u) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&u| u < units.len())
         {
@@ -496,6 +599,14 @@ fn scan_pq_block(
     partitions.resize_with(units.len(), || None);
     for (u, part, bits) in fetched.into_iter().flatten() {
         partitions[u] = Some((part, bits));
+    }
+    if split {
+        let fetched = FetchedBlock {
+            block,
+            slot: &slot,
+            partitions: &partitions,
+        };
+        return scan_pq_split(scan, &fetched, fetch_threads, heaps);
     }
     // RaBitQ: the block's queries rotated in kernel calls of 16 (the dot
     // kernel is batch invariant: the same bits as rotating one alone);
@@ -581,6 +692,83 @@ fn scan_pq_block(
         heaps[qi] = heap;
     }
     Ok(())
+}
+
+/// A PQ block's partitions as fetched: `partitions[slot[p]]` is partition
+/// `p` with its prefilter bits.
+struct FetchedBlock<'a> {
+    block: std::ops::Range<usize>,
+    slot: &'a [usize],
+    partitions: &'a [Option<(Arc<Partition>, Bits)>],
+}
+
+/// A PQ block with fewer queries than scan threads: its (query, partition)
+/// pairs are shared out to `shares` threads, largest partitions first,
+/// each share with its own heap per query, merged at the end. The PQ
+/// screen only skips rows whose lower bound exceeds the heap's threshold,
+/// and a share's heap (fewer candidates) never has a lower threshold than
+/// the query's whole walk, so every row of the query's true top k is
+/// scored in either case: the rows and distance bits are those of the
+/// query scanned alone.
+fn scan_pq_split(
+    scan: &SegmentScan<'_, '_>,
+    fetched: &FetchedBlock<'_>,
+    shares: usize,
+    heaps: &mut [TopK],
+) -> Result<()> {
+    let SegmentScan {
+        view,
+        seg,
+        batch,
+        probes,
+        admission,
+        loads,
+    } = *scan;
+    let block = fetched.block.clone();
+    let tables: Vec<CodeQuery> = block
+        .clone()
+        .map(|qi| {
+            CodeQuery::new(seg, batch.metric, batch.queries.row(qi)).ok_or_else(|| {
+                Error::Internal("code scan of a segment without PQ or RaBitQ".into())
+            })
+        })
+        .collect::<Result<_>>()?;
+    let mut pairs: Vec<(usize, u32)> = block
+        .clone()
+        .flat_map(|qi| probes[qi].iter().map(move |&p| (qi, p)))
+        .collect();
+    pairs.sort_by_key(|&(_, p)| std::cmp::Reverse(seg.partition_rows(p)));
+    let next = AtomicUsize::new(0);
+    let parts = view.pool.run(shares, |_| {
+        let mut local: Vec<TopK> = block
+            .clone()
+            .map(|qi| TopK::new(batch.index_depth(qi)))
+            .collect();
+        while let Some(&(qi, p)) = pairs.get(next.fetch_add(1, Ordering::Relaxed)) {
+            view.cancel.check()?;
+            let (part, bits) = fetched.partitions[fetched.slot[p as usize]]
+                .as_ref()
+                .ok_or_else(|| Error::Internal(format!("partition {p} was not fetched")))?;
+            let test = admission.test(bits.of(batch.prefilter(qi)));
+            let k = qi - block.start;
+            let counts = scan_code_partition(
+                seg,
+                p,
+                part,
+                batch.metric,
+                batch.queries.row(qi),
+                &tables[k],
+                test,
+                &mut local[k],
+            )?;
+            loads.scored.fetch_add(part.len() as u64, Ordering::Relaxed);
+            loads
+                .rescored
+                .fetch_add(counts.rescored as u64, Ordering::Relaxed);
+        }
+        Ok(local)
+    })?;
+    merge_shares(view, &mut heaps[block], parts)
 }
 
 /// Turns each query's index heap into its top k + offset: as is, or — for a

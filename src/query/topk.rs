@@ -78,6 +78,11 @@ impl TopK {
         }
     }
 
+    /// Candidates kept now.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
     /// Merges another heap's candidates into this one.
     pub fn merge(&mut self, other: TopK) {
         for c in other.heap {

@@ -273,6 +273,7 @@ fn a_lone_query_split_over_threads_answers_bit_for_bit_as_one_thread() {
         (IndexKind::IvfFlat, Metric::Cosine),
         (IndexKind::IvfSq, Metric::Dot),
         (IndexKind::IvfPq { sub_vectors: 4 }, Metric::L2),
+        (IndexKind::IvfPq { sub_vectors: 4 }, Metric::Cosine),
         (IndexKind::IvfRq { bits: 2 }, Metric::L2),
         (IndexKind::IvfRq { bits: 1 }, Metric::Cosine),
     ] {
@@ -308,6 +309,72 @@ fn a_lone_query_split_over_threads_answers_bit_for_bit_as_one_thread() {
                     "{kind:?} {metric:?} row {i} {filter:?}"
                 );
             }
+        }
+    }
+}
+
+/// A large batch on four threads: centroid ranking split into groups of
+/// queries, partitions handed out largest first, the threads' heaps merged
+/// in groups — each query's rows and distance bits still equal the query
+/// searched alone on one thread (with ties, deletions, filters, per-query
+/// k and offset, and repeated query vectors).
+#[test]
+fn a_large_batch_on_four_threads_answers_each_query_as_alone_on_one_thread() {
+    for (kind, metric) in [
+        (IndexKind::IvfFlat, Metric::L2),
+        (IndexKind::IvfSq, Metric::Cosine),
+        (IndexKind::IvfPq { sub_vectors: 4 }, Metric::Dot),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut ds, rows) = build(dir.path(), &[3_000, 3_000], 16, metric, 91);
+        ds.create_index(None, IndexParams::new(kind, 64)).unwrap();
+        ds.delete("len = 4").unwrap();
+        let open = |threads: usize| {
+            let mut config = shoal::Config::default();
+            config.search.threads = threads;
+            Dataset::open_with_config(dir.path(), config).unwrap()
+        };
+        let (one, four) = (open(1), open(4));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let size = 200;
+        let mut vectors = random_queries(&mut rng, &rows, size, 16);
+        // Repeated vectors keep their own query index and answer.
+        for i in (0..size).step_by(17) {
+            vectors[i] = vectors[0].clone();
+        }
+        let ks: Vec<usize> = (0..size).map(|_| rng.random_range(1..40)).collect();
+        let offsets: Vec<usize> = (0..size).map(|_| rng.random_range(0..3)).collect();
+        let filters = [None, Some("len < 9"), Some("category = 'noun'")];
+        let mut batch = BatchQuery::new(vectors.clone(), 1);
+        batch.k = PerQuery::Each(ks.clone());
+        batch.offset = PerQuery::Each(offsets.clone());
+        let own: Vec<_> = (0..size)
+            .map(|i| shoal::PerQueryParams {
+                filter: filters[i % 3].map(String::from),
+                nprobes: Nprobes::Fixed(6),
+                ..Default::default()
+            })
+            .collect();
+        batch.own = PerQuery::Each(own);
+        batch.shared.mode = SearchMode::Shared;
+        let (shared, profile) = four.explain(&batch).unwrap();
+        assert_eq!(profile.mode, SearchMode::Shared);
+        for i in 0..size {
+            let mut q = Query::new(vectors[i].clone(), ks[i]).nprobes(6);
+            q.offset = offsets[i];
+            if let Some(f) = filters[i % 3] {
+                q = q.filter(f);
+            }
+            let seen = |hits: &[shoal::Hit]| -> Vec<(u64, u32)> {
+                hits.iter()
+                    .map(|h| (h.row_id, h.distance.to_bits()))
+                    .collect()
+            };
+            assert_eq!(
+                seen(&shared.hits[i]),
+                seen(&one.search(&q).unwrap().hits),
+                "{kind:?} {metric:?} query {i}"
+            );
         }
     }
 }

@@ -63,6 +63,12 @@ pub struct BatchRow {
     /// Flat/SQ shared scans: share of the scan phase spent merging the
     /// threads' per-query heaps.
     pub heap_merge_share: f64,
+    /// Share of the batches' wall time spent ranking centroids.
+    pub rank_share: f64,
+    /// Flat/SQ shared scans: share of the batches' wall time outside the
+    /// parallel partition scan (validation, ranking, heap merge, results):
+    /// the part that does not shrink with more threads.
+    pub outside_scan_share: f64,
     /// Peak resident memory of the process so far, MiB.
     pub peak_rss_mib: f64,
     /// Whether every query's ids equal those of the first mode measured.
@@ -138,6 +144,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
                     tot.share_busy_ms += p.share_busy_ms;
                     tot.scan_parallel_ms += p.scan_parallel_ms;
                     tot.heap_merge_ms += p.heap_merge_ms;
+                    tot.rank_ms += p.rank_ms;
                 }
                 pass_qps[mi].push(queries.len() as f64 / start.elapsed().as_secs_f64());
             }
@@ -152,6 +159,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
             qps_runs.sort_by(|a, b| a.total_cmp(b));
             let qps = qps_runs[qps_runs.len() / 2];
             let tot = &totals[mi];
+            let wall_ms: f64 = laps.iter().map(|l| l.as_secs_f64() * 1e3).sum();
             rows.push(BatchRow {
                 mode: format!("{mode:?}"),
                 ran_as: tot.mode.to_string(),
@@ -176,6 +184,12 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
                 } else {
                     0.0
                 },
+                rank_share: tot.rank_ms / wall_ms,
+                outside_scan_share: if tot.scan_parallel_ms > 0.0 {
+                    1.0 - tot.scan_parallel_ms / wall_ms
+                } else {
+                    0.0
+                },
                 peak_rss_mib: peak_rss_mib(),
                 same_as_first: found[mi] == found[0],
             });
@@ -195,11 +209,13 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
         opts.shape.describe(),
         config.cache.capacity_bytes.bytes()
     );
-    println!("\n| mode (ran as) | batch | QPS | batch p50 ms | batch p99 ms | µs/query | recall@{} | pairs/batch | distinct partitions/batch | overlap | misses/batch | scan GFLOP/s | threads busy | heap merge | peak RSS MiB | ids = first mode's |", opts.k);
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("\n| mode (ran as) | batch | QPS | batch p50 ms | batch p99 ms | µs/query | recall@{} | pairs/batch | distinct partitions/batch | overlap | misses/batch | scan GFLOP/s | threads busy | heap merge | rank | outside scan | peak RSS MiB | ids = first mode's |", opts.k);
+    println!(
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    );
     for r in &rows {
         println!(
-            "| {} ({}) | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {} | {} | {:.0} | {} |",
+            "| {} ({}) | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {} | {} | {:.1}% | {} | {:.0} | {} |",
             r.mode,
             r.ran_as,
             r.batch,
@@ -215,6 +231,8 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
             if r.scan_gflops > 0.0 { format!("{:.1}", r.scan_gflops) } else { "-".into() },
             if r.thread_utilisation > 0.0 { format!("{:.0}%", 100.0 * r.thread_utilisation) } else { "-".into() },
             if r.thread_utilisation > 0.0 { format!("{:.1}%", 100.0 * r.heap_merge_share) } else { "-".into() },
+            100.0 * r.rank_share,
+            if r.outside_scan_share > 0.0 { format!("{:.1}%", 100.0 * r.outside_scan_share) } else { "-".into() },
             r.peak_rss_mib,
             if r.same_as_first { "yes" } else { "no" }
         );
