@@ -6,7 +6,8 @@
 
 use loom::future::block_on;
 use loom::thread;
-use shoal::internals::{reply_channel, SenderGone};
+use shoal::internals::{cancel_when_all_gone, reply_channel, SenderGone};
+use shoal::CancelToken;
 
 #[test]
 fn a_sender_dropped_unanswered_wakes_its_caller() {
@@ -41,5 +42,27 @@ fn a_caller_leaving_wakes_the_scan_watching_it() {
             "an answer to a caller gone comes back"
         );
         caller.join().unwrap();
+    });
+}
+
+/// A batch watched by its callers' reply channels (no task): callers
+/// leaving on two threads while the batch registers its watch cancel the
+/// scan exactly when both have gone, and a caller still waiting keeps it
+/// running.
+#[test]
+fn the_last_caller_leaving_cancels_the_batch_and_not_before() {
+    loom::model(|| {
+        let (first, first_caller) = reply_channel::<u64>();
+        let (second, second_caller) = reply_channel::<u64>();
+        let token = CancelToken::new();
+        let leaving = thread::spawn(move || drop(first_caller));
+        let batch = [first, second];
+        cancel_when_all_gone(&batch, &token);
+        leaving.join().unwrap();
+        assert!(!token.is_cancelled(), "one caller is still waiting");
+        let leaving = thread::spawn(move || drop(second_caller));
+        leaving.join().unwrap();
+        assert!(token.is_cancelled(), "every caller has gone");
+        drop(batch);
     });
 }

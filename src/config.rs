@@ -245,7 +245,14 @@ pub struct Limits {
 pub struct SearchConfig {
     /// Scan threads per search; 0 means one per core.
     pub threads: usize,
+    /// Microseconds an idle scan thread keeps looking for its next task
+    /// before it sleeps (at most [`MAX_IDLE_SPIN_US`]; 0: sleep at once).
+    pub idle_spin_us: u64,
 }
+
+/// The most `search.idle_spin_us` may be: a thread looking for work longer
+/// than this costs more CPU than a wake-up saves.
+pub const MAX_IDLE_SPIN_US: u64 = 10_000;
 
 /// Ingest settings.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -349,6 +356,12 @@ impl Config {
                 )));
             }
         }
+        if self.search.idle_spin_us > MAX_IDLE_SPIN_US {
+            return Err(Error::InvalidArgument(format!(
+                "config: search.idle_spin_us is {}; at most {MAX_IDLE_SPIN_US} (10 ms)",
+                self.search.idle_spin_us
+            )));
+        }
         if self.coalescer.window_us > 10_000_000 {
             return Err(Error::InvalidArgument(
                 "config: coalescer.window_us above 10 s would hold every search that long".into(),
@@ -449,6 +462,14 @@ mod tests {
         assert!(Config::from_toml_str("[limits]\nmemory_budget_bytes = 0\n").is_err());
         assert!(Config::from_toml_str("[cache]\ndisk_bytes = 0\n").is_err());
         assert!(Config::from_toml_str("[storage]\nregion = 3\n").is_err());
+        assert!(Config::from_toml_str("[search]\nidle_spin_us = 10001\n").is_err());
+        assert_eq!(
+            Config::from_toml_str("[search]\nidle_spin_us = 0\n")
+                .unwrap()
+                .search
+                .idle_spin_us,
+            0
+        );
         let s3 = Config::from_toml_str(
             "[storage]\nendpoint = 'http://127.0.0.1:9000'\nallow_http = true\n\
              [cache]\ndisk_bytes = '2GiB'\n",

@@ -120,6 +120,8 @@ pub mod internals {
         StartSplit,
     };
     pub use crate::serve::dataset_names_in;
-    pub use crate::serve::reply::{reply_channel, ReplyReceiver, ReplySender, SenderGone};
+    pub use crate::serve::reply::{
+        cancel_when_all_gone, reply_channel, ReplyReceiver, ReplySender, SenderGone,
+    };
     pub use crate::storage::{ColumnCache, DatasetRoot, FragmentView, Remote};
 }

@@ -72,7 +72,10 @@ impl Session {
         );
         let columns = Arc::new(ColumnCache::new(config.cache.column_bytes.bytes()));
         let filters = FilterCache::new(config.cache.filter_mask_bytes.bytes());
-        let pool = ScanPool::new(config.scan_threads());
+        let pool = ScanPool::new(
+            config.scan_threads(),
+            std::time::Duration::from_micros(config.search.idle_spin_us),
+        );
         let disk = DiskCache::new(&config);
         Session {
             inner: Arc::new(Inner {

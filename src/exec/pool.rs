@@ -11,6 +11,12 @@
 //!
 //! A share that panics becomes [`Error::Internal`]; the pool thread lives on.
 //! Results come back in share order; the first error (in share order) wins.
+//!
+//! A pool thread may also be handed a whole job ([`ScanPool::spawn`]): the
+//! engine runs each batch that way, so the thread that scans a batch is the
+//! one that answers its callers, with no further hand-off. A job that runs
+//! shares of its own claims them itself like any caller, so jobs cannot
+//! starve each other of threads.
 
 use crate::error::{Error, Result};
 use crate::sync::{lock, AtomicUsize, Condvar, Mutex};
@@ -22,8 +28,18 @@ use std::sync::Arc;
 /// the last clone is dropped.
 #[derive(Clone)]
 pub struct ScanPool {
-    tickets: crossbeam_channel::Sender<Helper>,
+    tickets: crossbeam_channel::Sender<Task>,
     threads: usize,
+}
+
+/// A job for a pool thread ([`ScanPool::spawn`]).
+pub type PoolJob = Box<dyn FnOnce() + Send>;
+
+/// What a pool thread is handed: shares of a running scan to help with, or
+/// a job of its own.
+enum Task {
+    Help(Helper),
+    Job(PoolJob),
 }
 
 impl std::fmt::Debug for ScanPool {
@@ -52,19 +68,54 @@ impl Helper {
     }
 }
 
+/// The next task for a pool thread: looked for (yielding the core to any
+/// other runnable thread between looks) for `spin`, then waited for
+/// asleep. A sleeping thread takes tens of microseconds to wake (a futex
+/// wake and a reschedule; more on virtual machines), which a search that
+/// follows soon after the last one (a client's next request) would pay on
+/// its critical path.
+fn next_task(
+    rx: &crossbeam_channel::Receiver<Task>,
+    spin: std::time::Duration,
+) -> std::result::Result<Task, crossbeam_channel::RecvError> {
+    let started = std::time::Instant::now();
+    loop {
+        match rx.try_recv() {
+            Ok(task) => return Ok(task),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                return Err(crossbeam_channel::RecvError)
+            }
+            Err(crossbeam_channel::TryRecvError::Empty) => {}
+        }
+        if started.elapsed() >= spin {
+            return rx.recv();
+        }
+        std::thread::yield_now();
+    }
+}
+
 impl ScanPool {
-    /// A pool of `threads` worker threads (at least one).
-    pub fn new(threads: usize) -> ScanPool {
+    /// A pool of `threads` worker threads (at least one), each of which
+    /// keeps looking for work for `idle_spin` after its last task before it
+    /// sleeps (`search.idle_spin_us`).
+    pub fn new(threads: usize, idle_spin: std::time::Duration) -> ScanPool {
         let threads = threads.max(1);
-        let (tx, rx) = crossbeam_channel::unbounded::<Helper>();
+        let (tx, rx) = crossbeam_channel::unbounded::<Task>();
         for i in 0..threads {
             let rx = rx.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("shoal-scan-{i}"))
                 .spawn(move || {
                     // Ends when every sender (every pool handle) is gone.
-                    while let Ok(helper) = rx.recv() {
-                        helper.help();
+                    while let Ok(task) = next_task(&rx, idle_spin) {
+                        match task {
+                            Task::Help(helper) => helper.help(),
+                            // A job answers for itself (it holds its own
+                            // reply); a panic in it must not end the thread.
+                            Task::Job(job) => {
+                                let _ = catch_unwind(AssertUnwindSafe(job));
+                            }
+                        }
                     }
                 });
             // A pool thread that cannot be spawned only costs parallelism:
@@ -93,8 +144,20 @@ impl ScanPool {
         run_shared(shares, self.threads, worker, |helper| {
             // A send fails only when no pool thread is left; the caller
             // then runs every share itself.
-            let _ = self.tickets.send(helper);
+            let _ = self.tickets.send(Task::Help(helper));
         })
+    }
+
+    /// Runs `job` on a pool thread, after the tasks already queued. The
+    /// job must answer whoever waits for it (a panic in it is caught and
+    /// only ends the job) and must not wait for other jobs. Gives the job
+    /// back when no pool thread is left to run it.
+    pub fn spawn(&self, job: PoolJob) -> std::result::Result<(), PoolJob> {
+        // The only task a failed send can give back is the job sent.
+        match self.tickets.send(Task::Job(job)) {
+            Err(crossbeam_channel::SendError(Task::Job(job))) => Err(job),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -226,7 +289,7 @@ mod tests {
 
     #[test]
     fn shares_run_in_order_and_borrow_from_the_caller() {
-        let pool = ScanPool::new(2);
+        let pool = ScanPool::new(2, std::time::Duration::ZERO);
         let data: Vec<u64> = (0..1000).collect();
         let next = AtomicUsize::new(0);
         for shares in [1, 2, 3, 8] {
@@ -250,7 +313,7 @@ mod tests {
 
     #[test]
     fn a_panicking_share_is_an_internal_error_and_the_pool_lives_on() {
-        let pool = ScanPool::new(2);
+        let pool = ScanPool::new(2, std::time::Duration::ZERO);
         for _ in 0..5 {
             let err = pool
                 .run(3, |i| {
@@ -267,7 +330,7 @@ mod tests {
 
     #[test]
     fn nested_and_concurrent_runs_never_deadlock() {
-        let pool = ScanPool::new(2);
+        let pool = ScanPool::new(2, std::time::Duration::ZERO);
         std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
@@ -283,5 +346,29 @@ mod tests {
                 });
             }
         });
+    }
+
+    #[test]
+    fn a_spawned_job_runs_on_a_pool_thread_and_a_panicking_one_leaves_it_alive() {
+        let pool = ScanPool::new(2, std::time::Duration::ZERO);
+        let (tx, rx) = std::sync::mpsc::channel();
+        assert!(pool.spawn(Box::new(|| panic!("a job that panics"))).is_ok());
+        for _ in 0..4 {
+            let tx = tx.clone();
+            let inner = pool.clone();
+            assert!(pool
+                .spawn(Box::new(move || {
+                    // A job runs scans of its own on the same pool.
+                    let sums = inner.run(3, |i| Ok(i * 2)).map(|v| v.iter().sum::<usize>());
+                    let name = std::thread::current().name().map(str::to_string);
+                    let _ = tx.send((name, sums.ok()));
+                }))
+                .is_ok());
+        }
+        for _ in 0..4 {
+            let (name, sum) = rx.recv().unwrap();
+            assert!(name.unwrap().starts_with("shoal-scan-"));
+            assert_eq!(sum, Some(6));
+        }
     }
 }

@@ -10,7 +10,7 @@
 use super::budget::MemoryBudget;
 use super::coalescer::{CoalescerActor, Message};
 use super::handle::DatasetHandle;
-use super::scanner::Scanner;
+use super::scanner::{Scanner, SlotGuard};
 use super::stats::{EngineStats, Stats};
 use crate::config::Config;
 use crate::db::Session;
@@ -195,6 +195,22 @@ impl Engine {
 
 impl EngineCore {
     /// `Err(ShuttingDown)` once shutdown has begun.
+    /// A scan slot for a search that need not pass through the coalescer:
+    /// with `coalescer.flush_when_idle`, when no search waits in it (none
+    /// in its inbox, none in its groups) and a slot is free, the coalescer
+    /// would close the search's group of one at once anyway.
+    pub(crate) fn idle_slot(&self) -> Option<SlotGuard> {
+        let idle = self.session.config().coalescer.flush_when_idle
+            && !self.closing.load(Ordering::SeqCst)
+            && self.inbox.capacity() == self.inbox.max_capacity()
+            && self.stats.pending.load(Ordering::SeqCst) == 0;
+        if idle {
+            self.scanner.try_slot()
+        } else {
+            None
+        }
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closing.load(Ordering::SeqCst) {
             Err(Error::ShuttingDown)

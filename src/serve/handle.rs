@@ -4,6 +4,7 @@
 //! thread, one at a time, and move the handle's "latest" version forward so
 //! that a later search sees them and a queued one keeps what it resolved.
 
+use super::coalescer::core::{Batch, FlushReason, Pending};
 use super::coalescer::{Message, Submission};
 use super::engine::{on_blocking_thread, EngineCore};
 use super::reply::{reply_channel, ReplyReceiver};
@@ -184,6 +185,27 @@ impl DatasetHandle {
         let snapshot = self.snapshot(query.shared.version).await?;
         let (key, request, reply) = self.prepare(snapshot, query)?;
         let deadline = timeout.map(|t| arrived + t);
+        if let Some(slot) = engine.idle_slot() {
+            // Nothing waits and a scan slot is free: the coalescer would
+            // close this search's group at once, so it starts here, one
+            // hand-off sooner. A caller who leaves is counted out by its
+            // reply channel (see the scanner), as in any batch.
+            let alone = Batch {
+                key,
+                requests: vec![Pending {
+                    id,
+                    arrived: arrived.into_std(),
+                    deadline: deadline.map(Instant::into_std),
+                    payload: request,
+                }],
+                reason: FlushReason::Idle,
+            };
+            engine.scanner.start(alone, slot);
+            return match reply.await {
+                Ok(result) => result,
+                Err(_) => Err(Error::ShuttingDown),
+            };
+        }
         let message = Message::Submit(Box::new(Submission {
             id,
             key,

@@ -9,10 +9,12 @@
 //! value is received at most once. State is a mutex-guarded record plus the
 //! two sides' wakers; wakers are woken after the lock is released.
 
-use crate::sync::{lock, Arc, Mutex};
+use crate::cancel::CancelToken;
+use crate::sync::{lock, Arc, AtomicBool, AtomicUsize, Mutex};
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Wake, Waker};
 
 /// Creates a reply channel: the sender goes with the request, the receiver
 /// stays with the caller.
@@ -77,6 +79,22 @@ impl<T> ReplySender<T> {
     /// The caller has stopped waiting.
     pub fn is_closed(&self) -> bool {
         lock(&self.shared).receiver_gone
+    }
+
+    /// Has `waker` woken once the caller stops waiting (now, when it has
+    /// already gone); replaces a waker given before. For a thread that
+    /// watches its callers without a runtime.
+    pub fn wake_when_closed(&self, waker: &Waker) {
+        let closed = {
+            let mut state = lock(&self.shared);
+            if !state.receiver_gone {
+                state.sender_waker = Some(waker.clone());
+            }
+            state.receiver_gone
+        };
+        if closed {
+            waker.wake_by_ref();
+        }
     }
 
     /// Resolves once the caller has stopped waiting.
@@ -161,6 +179,50 @@ impl<T> std::fmt::Debug for ReplyReceiver<T> {
     }
 }
 
+/// Cancels `token` once every one of `replies`' callers has stopped
+/// waiting: each reply channel wakes a counter when its caller leaves, so
+/// no task has to watch a running batch (the thread that scans it checks
+/// the token at every partition).
+pub fn cancel_when_all_gone<T>(replies: &[ReplySender<T>], token: &CancelToken) {
+    let watch = std::sync::Arc::new(CallersWatch {
+        live: AtomicUsize::new(replies.len()),
+        token: token.clone(),
+    });
+    for reply in replies {
+        let gone = std::sync::Arc::new(CallerGone {
+            watch: std::sync::Arc::clone(&watch),
+            counted: AtomicBool::new(false),
+        });
+        reply.wake_when_closed(&Waker::from(gone));
+    }
+}
+
+/// The callers of one batch still waiting, and its scan's token.
+struct CallersWatch {
+    live: AtomicUsize,
+    token: CancelToken,
+}
+
+/// One caller of a batch: counted out (once) when it stops waiting.
+struct CallerGone {
+    watch: std::sync::Arc<CallersWatch>,
+    counted: AtomicBool,
+}
+
+impl Wake for CallerGone {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        if !self.counted.swap(true, Ordering::AcqRel)
+            && self.watch.live.fetch_sub(1, Ordering::AcqRel) == 1
+        {
+            self.watch.token.cancel();
+        }
+    }
+}
+
 #[cfg(all(test, not(shoal_loom)))]
 mod tests {
     use super::*;
@@ -182,6 +244,26 @@ mod tests {
         tokio::task::yield_now().await;
         drop(tx);
         assert_eq!(task.await.unwrap(), Err(SenderGone));
+    }
+
+    #[test]
+    fn a_watching_waker_is_woken_when_the_caller_leaves_or_has_left() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Count(AtomicUsize);
+        impl std::task::Wake for Count {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = std::sync::Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(std::sync::Arc::clone(&count));
+        let (tx, rx) = reply_channel::<u32>();
+        tx.wake_when_closed(&waker);
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        drop(rx);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        tx.wake_when_closed(&waker);
+        assert_eq!(count.0.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

@@ -1,18 +1,25 @@
 //! The scan side of the engine: runs batches, at most
-//! `scan.max_concurrent_batches` at a time, each on a blocking thread that
-//! drives the session's scan pool (never on the async runtime's threads),
-//! and hands each query's rows back to its caller by query index.
+//! `scan.max_concurrent_batches` at a time, each as one job on the
+//! session's scan pool (never on the async runtime's threads), and hands
+//! each query's rows back to its caller by query index from the thread
+//! that scanned them.
 //!
 //! A batch first drops callers that went away or whose deadline passed; a
 //! batch with nobody left is skipped. It takes its bytes from the memory
-//! budget on its worker thread (waiting up to `limits.budget_wait_ms`), and
-//! while it scans, the task watches its callers: when every one has gone,
-//! the batch's [`CancelToken`] stops the scan at the next partition. A
-//! batch-wide error reaches every caller as a clone.
+//! budget (when they are not free now, it waits for them up to
+//! `limits.budget_wait_ms` on a blocking thread rather than on a scan
+//! thread). Each caller's reply channel counts its caller out when it
+//! leaves; when every one has gone, the batch's [`CancelToken`] stops the
+//! scan at the next partition. A batch-wide error reaches every caller as a
+//! clone.
+//!
+//! One coalesced search thus crosses three threads: the caller's task
+//! hands it to the coalescer actor, the actor posts the batch to a scan
+//! thread, and the scan thread's reply wakes the caller.
 
 use super::budget::MemoryBudget;
 use super::coalescer::core::{split_at_start, Batch};
-use super::reply::ReplySender;
+use super::reply::{cancel_when_all_gone, reply_channel, ReplySender};
 use super::stats::Stats;
 use crate::db::Dataset;
 use crate::error::{Error, Result};
@@ -21,13 +28,11 @@ use crate::query::{
     BatchInfo, BatchQuery, Hit, PerQuery, PerQueryParams, SearchResponse, SearchResults,
     SharedParams,
 };
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tracing::Instrument;
 
 /// What two searches must share to be answered by one scan: the dataset,
 /// the version, column and metric (resolved), the mode and index use.
@@ -83,16 +88,6 @@ impl Drop for SlotGuard {
         // still held would find no free slot and sleep through it.
         drop(self.permit.take());
         self.freed.notify_one();
-    }
-}
-
-/// Cancels a token when dropped: an explicit batch whose caller stops
-/// awaiting stops scanning.
-struct CancelScanOnDrop(CancelToken);
-
-impl Drop for CancelScanOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
     }
 }
 
@@ -171,13 +166,11 @@ impl Scanner {
         }
     }
 
-    /// Runs a coalesced batch on its own task, holding `slot` until done.
+    /// Starts a coalesced batch, holding `slot` until it is done. The batch
+    /// runs as one job on a scan-pool thread, which then answers every
+    /// caller itself: no task or blocking thread stands between the scan
+    /// and the callers (see [`Scanner::dispatch`]).
     pub(crate) fn start(self: &Arc<Self>, batch: CoalescedBatch, slot: SlotGuard) {
-        let scanner = Arc::clone(self);
-        tokio::spawn(async move { scanner.run_coalesced(batch, slot).await });
-    }
-
-    async fn run_coalesced(&self, batch: CoalescedBatch, slot: SlotGuard) {
         let now = Instant::now().into_std();
         let split = split_at_start(batch.requests, now, |r| r.reply.is_closed());
         Stats::add(&self.stats.cancelled, split.released as u64);
@@ -225,17 +218,33 @@ impl Scanner {
         };
         let id = self.next_batch.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("batch", id, key = %format_args!("{key_hash:016x}"), size = n, reason = ?batch.reason);
-        let outcome = self
-            .scan(slot, snapshot, query, true, all_closed(&mut replies))
-            .instrument(span)
-            .await;
+        let token = CancelToken::new();
+        cancel_when_all_gone(&replies, &token);
+        let scanner = Arc::clone(self);
+        self.dispatch(slot, snapshot, query, token, true, move |outcome| {
+            let _entered = span.enter();
+            scanner.answer_coalesced(id, outcome, replies, waits)
+        });
+    }
+
+    /// Sends each caller of coalesced batch `id` its rows (by query
+    /// index), its own answer when the batch was split, or the batch's
+    /// error.
+    fn answer_coalesced(
+        &self,
+        id: u64,
+        outcome: Result<Coalesced>,
+        replies: Vec<ReplySender<Result<SearchResponse>>>,
+        waits: Vec<u64>,
+    ) {
+        let n = replies.len();
         match outcome {
-            None => {
+            Err(Error::Cancelled) => {
                 Stats::add(&self.stats.cancelled, n as u64);
                 tracing::debug!(id, "batch cancelled: every caller left");
             }
-            Some(Err(e)) => self.fail(&e, replies),
-            Some(Ok(Coalesced::Each(answers, took))) => {
+            Err(e) => self.fail(&e, replies),
+            Ok(Coalesced::Each(answers, took)) => {
                 Stats::add(&self.stats.failed_batches, 1);
                 tracing::debug!(
                     id,
@@ -260,7 +269,7 @@ impl Scanner {
                     }
                 }
             }
-            Some(Ok(Coalesced::Batch(scanned))) => {
+            Ok(Coalesced::Batch(scanned)) => {
                 let (results, profile, took) = *scanned;
                 self.record_batch(n, took, &profile);
                 tracing::debug!(
@@ -293,7 +302,7 @@ impl Scanner {
     /// Runs an explicit batch now (it waits for a slot, not for a window).
     /// Dropping the returned future cancels the scan.
     pub(crate) async fn run_explicit(
-        &self,
+        self: &Arc<Self>,
         snapshot: Dataset,
         query: BatchQuery,
     ) -> Result<(SearchResults, Profile)> {
@@ -303,96 +312,81 @@ impl Scanner {
             .map_err(|_| Error::ShuttingDown)?;
         let slot = self.guard(permit);
         let n = query.vectors.len();
-        let outcome = self
-            .scan(slot, snapshot, query, false, std::future::pending::<()>())
-            .await;
-        Stats::add(&self.stats.explicit_batches, 1);
-        match outcome {
-            Some(Ok(Coalesced::Each(..))) => Err(Error::Internal(
-                "an explicit batch was split by query".into(),
-            )),
-            Some(Ok(Coalesced::Batch(scanned))) => {
-                let (results, profile, took) = *scanned;
-                self.record_batch(n, took, &profile);
-                Ok((results, profile))
-            }
-            Some(Err(e)) => {
-                self.count_failure(&e, n);
-                Err(e)
-            }
-            None => Err(Error::Cancelled),
+        let (reply, answer) = reply_channel();
+        let token = CancelToken::new();
+        cancel_when_all_gone(std::slice::from_ref(&reply), &token);
+        let scanner = Arc::clone(self);
+        self.dispatch(slot, snapshot, query, token, false, move |outcome| {
+            Stats::add(&scanner.stats.explicit_batches, 1);
+            let answered = match outcome {
+                Ok(Coalesced::Each(..)) => Err(Error::Internal(
+                    "an explicit batch was split by query".into(),
+                )),
+                Ok(Coalesced::Batch(scanned)) => {
+                    let (results, profile, took) = *scanned;
+                    scanner.record_batch(n, took, &profile);
+                    Ok((results, profile))
+                }
+                Err(e) => {
+                    if !matches!(e, Error::Cancelled) {
+                        scanner.count_failure(&e, n);
+                    }
+                    Err(e)
+                }
+            };
+            let _ = reply.send(answered);
+        });
+        match answer.await {
+            Ok(answered) => answered,
+            Err(_) => Err(Error::Internal("a batch ended without an answer".into())),
         }
     }
 
-    /// Scans `query` on a blocking thread holding `slot` and the batch's
-    /// budget; `None` when `callers_gone` resolved first (the scan was then
-    /// cancelled and has finished).
-    async fn scan(
+    /// Runs `query` holding `slot` and the batch's memory budget, then
+    /// hands the outcome to `answer` on the same thread. `token` stops the
+    /// scan (its callers set it up to fire when every one has gone).
+    ///
+    /// When the budget has the bytes now, the batch runs as one job on the
+    /// scan pool: the pool thread scans (its idle siblings help, as with
+    /// any scan) and answers. When the bytes must be waited for, the batch
+    /// waits on a blocking thread instead, so that no scan thread sits
+    /// idle holding a place in the pool's queue.
+    fn dispatch(
         &self,
         slot: SlotGuard,
         snapshot: Dataset,
         query: BatchQuery,
+        token: CancelToken,
         split_on_error: bool,
-        callers_gone: impl Future<Output = ()>,
-    ) -> Option<Result<Coalesced>> {
+        answer: impl FnOnce(Result<Coalesced>) + Send + 'static,
+    ) {
         let bytes = batch_bytes(&query, self.heap_copies);
-        let token = CancelToken::new();
-        let cancel_on_drop = CancelScanOnDrop(token.clone());
         let budget = self.budget.clone();
         let wait = self.budget_wait;
-        let mut job = tokio::task::spawn_blocking(move || {
+        let held = budget.try_acquire(bytes);
+        let pool = snapshot.session().pool().clone();
+        let must_wait = held.is_err() && !wait.is_zero();
+        let job = move || {
             let _slot = slot;
-            let _permit = if wait.is_zero() {
-                budget.try_acquire(bytes)?
-            } else {
-                budget.acquire_timeout(bytes, wait)?
-            };
-            token.check()?;
-            let started = std::time::Instant::now();
-            match snapshot.run(&query, &token) {
-                Ok((results, profile)) => Ok(Coalesced::Batch(Box::new((
-                    results,
-                    profile,
-                    started.elapsed(),
-                )))),
-                // Coalesced callers bring their own filters and columns: a
-                // failure that one of them caused must not fail the others,
-                // so each is searched alone and gets its own outcome.
-                Err(e)
-                    if split_on_error
-                        && query.vectors.len() > 1
-                        && e.kind() == crate::error::ErrorKind::Internal =>
-                {
-                    let answers = (0..query.vectors.len())
-                        .map(|i| {
-                            token.check()?;
-                            snapshot.run(&alone(&query, i)?, &token)
-                        })
-                        .collect();
-                    Ok(Coalesced::Each(answers, started.elapsed()))
-                }
+            let permit = match held {
+                Ok(permit) => Ok(permit),
+                Err(_) if !wait.is_zero() => budget.acquire_timeout(bytes, wait),
                 Err(e) => Err(e),
-            }
-        });
-        let outcome = tokio::select! {
-            joined = &mut job => Some(joined),
-            () = callers_gone => None,
+            };
+            let outcome = permit.and_then(|_permit| {
+                token.check()?;
+                scan(&snapshot, &query, &token, split_on_error)
+            });
+            answer(outcome);
         };
-        let result = match outcome {
-            Some(joined) => joined,
-            None => {
-                cancel_on_drop.0.cancel();
-                let _ = job.await;
-                return None;
-            }
-        };
-        drop(cancel_on_drop);
-        Some(match result {
-            Ok(r) => r,
-            Err(e) => Err(Error::Internal(format!(
-                "a batch's scan thread failed: {e}"
-            ))),
-        })
+        if must_wait {
+            tokio::task::spawn_blocking(job);
+            return;
+        }
+        if let Err(job) = pool.spawn(Box::new(job)) {
+            // No scan thread is left (they could not be started).
+            tokio::task::spawn_blocking(job);
+        }
     }
 
     fn record_batch(&self, n: usize, took: Duration, profile: &Profile) {
@@ -423,10 +417,40 @@ impl Scanner {
     }
 }
 
-/// Resolves once every caller has dropped its receiver.
-async fn all_closed(replies: &mut [ReplySender<Result<SearchResponse>>]) {
-    for reply in replies.iter_mut() {
-        reply.closed().await;
+/// Scans `query` on the calling thread. A coalesced batch
+/// (`split_on_error`) that fails on something only some of its callers may
+/// touch is searched again query by query, so that each caller gets its own
+/// outcome.
+fn scan(
+    snapshot: &Dataset,
+    query: &BatchQuery,
+    token: &CancelToken,
+    split_on_error: bool,
+) -> Result<Coalesced> {
+    let started = std::time::Instant::now();
+    match snapshot.run(query, token) {
+        Ok((results, profile)) => Ok(Coalesced::Batch(Box::new((
+            results,
+            profile,
+            started.elapsed(),
+        )))),
+        // Coalesced callers bring their own filters and columns: a
+        // failure that one of them caused must not fail the others, so
+        // each is searched alone and gets its own outcome.
+        Err(e)
+            if split_on_error
+                && query.vectors.len() > 1
+                && e.kind() == crate::error::ErrorKind::Internal =>
+        {
+            let answers = (0..query.vectors.len())
+                .map(|i| {
+                    token.check()?;
+                    snapshot.run(&alone(query, i)?, token)
+                })
+                .collect();
+            Ok(Coalesced::Each(answers, started.elapsed()))
+        }
+        Err(e) => Err(e),
     }
 }
 
