@@ -245,8 +245,9 @@ pub struct Limits {
 pub struct SearchConfig {
     /// Scan threads per search; 0 means one per core.
     pub threads: usize,
-    /// Microseconds an idle scan thread keeps looking for its next task
-    /// before it sleeps (at most [`MAX_IDLE_SPIN_US`]; 0: sleep at once).
+    /// Microseconds a scan thread that has just run a batch keeps looking
+    /// for its next task before it sleeps (at most [`MAX_IDLE_SPIN_US`];
+    /// 0: sleep at once).
     pub idle_spin_us: u64,
 }
 

@@ -268,19 +268,22 @@ fn concurrent_loads_of_one_partition_load_it_once() {
 /// deletions included, for every metric and index kind.
 #[test]
 fn a_lone_query_split_over_threads_answers_bit_for_bit_as_one_thread() {
-    for (kind, metric) in [
-        (IndexKind::IvfFlat, Metric::L2),
-        (IndexKind::IvfFlat, Metric::Cosine),
-        (IndexKind::IvfSq, Metric::Dot),
-        (IndexKind::IvfPq { sub_vectors: 4 }, Metric::L2),
-        (IndexKind::IvfPq { sub_vectors: 4 }, Metric::Cosine),
-        (IndexKind::IvfRq { bits: 2 }, Metric::L2),
-        (IndexKind::IvfRq { bits: 1 }, Metric::Cosine),
+    // 24,000 rows in 8 partitions: a query probing 4 scores ~12,000 rows,
+    // well above the one-thread threshold. PQ splits a lone query only
+    // from 131,072 code rows: 160,000 rows, all 8 partitions probed.
+    let small: (&[usize], usize) = (&[12_000, 12_000], 4);
+    let large: (&[usize], usize) = (&[80_000, 80_000], 8);
+    for (kind, metric, (fragments, nprobes)) in [
+        (IndexKind::IvfFlat, Metric::L2, small),
+        (IndexKind::IvfFlat, Metric::Cosine, small),
+        (IndexKind::IvfSq, Metric::Dot, small),
+        (IndexKind::IvfPq { sub_vectors: 4 }, Metric::L2, large),
+        (IndexKind::IvfPq { sub_vectors: 4 }, Metric::Cosine, large),
+        (IndexKind::IvfRq { bits: 2 }, Metric::L2, small),
+        (IndexKind::IvfRq { bits: 1 }, Metric::Cosine, small),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        // 24,000 rows in 8 partitions: a query probing 4 scores ~12,000
-        // rows, well above the one-thread threshold.
-        let (mut ds, rows) = build(dir.path(), &[12_000, 12_000], 8, metric, 77);
+        let (mut ds, rows) = build(dir.path(), fragments, 8, metric, 77);
         ds.create_index(None, IndexParams::new(kind, 8)).unwrap();
         ds.delete("len = 4").unwrap();
         let open = |threads: usize| {
@@ -289,9 +292,9 @@ fn a_lone_query_split_over_threads_answers_bit_for_bit_as_one_thread() {
             Dataset::open_with_config(dir.path(), config).unwrap()
         };
         let (one, four) = (open(1), open(4));
-        for i in (0..rows.len()).step_by(997) {
+        for i in (0..rows.len()).step_by(rows.len() / 24) {
             for filter in [None, Some("len < 9"), Some("category = 'noun'")] {
-                let mut q = Query::new(rows[i].vector.clone(), 25).nprobes(4);
+                let mut q = Query::new(rows[i].vector.clone(), 25).nprobes(nprobes);
                 if let Some(f) = filter {
                     q = q.filter(f);
                 }
