@@ -109,6 +109,7 @@ def shoal_pass(a, dataset, queries, threads):
         entry[key + "_gflops"] = r.get("scan_gflops")
         entry[key + "_busy"] = r.get("thread_utilisation")
         entry[key + "_heap_merge"] = r.get("heap_merge_share")
+        entry[key + "_outside_scan"] = r.get("outside_scan_share")
     exact = os.path.join(a.work, "exact.json")
     run([a.shoal, "bench", "--mode", "exact", "--config", cfg, "--rows", "20000",
          "--dim", str(a.dim), "--batch-sizes", "1", "--seconds", "0.3", "--json", exact])
@@ -181,6 +182,9 @@ def main():
                 # of it spent merging per-thread heaps: where threads wait.
                 "shoal_shared_threads_busy": median([s.get(b, {}).get("shared_busy") for s in shoal]),
                 "shoal_shared_heap_merge": median([s.get(b, {}).get("shared_heap_merge") for s in shoal]),
+                # The share of the batches' wall time outside the parallel
+                # partition scan: the serial part (Amdahl's law).
+                "shoal_shared_outside_scan": median([s.get(b, {}).get("shared_outside_scan") for s in shoal]),
                 "faiss_qps": median([f[b] for f in samples[t]["faiss"]]),
             }
         rows.append(row)
@@ -210,7 +214,7 @@ def main():
     rule = "|---:|---:|"
     for b in batches:
         head += (f" shoal b{b} shared | shoal b{b} per-query | FAISS b{b} | shared b{b} GFLOP/s (of peak) |"
-                 f" shared b{b} threads busy / heap merge |")
+                 f" shared b{b} threads busy / heap merge / outside scan |")
         rule += "---:|---:|---:|---:|---:|"
     print(head)
     print(rule)
@@ -221,7 +225,9 @@ def main():
             g, peak = c["shoal_shared_gflops"], row["fma_peak_gflops"]
             share = f"{g:.0f} ({100 * g / peak:.0f}%)" if g and peak else "-"
             busy, merge = c["shoal_shared_threads_busy"], c["shoal_shared_heap_merge"]
-            waits = f"{100 * busy:.0f}% / {100 * merge:.1f}%" if busy else "-"
+            outside = c["shoal_shared_outside_scan"]
+            waits = (f"{100 * busy:.0f}% / {100 * merge:.1f}% / "
+                     f"{'-' if outside is None else f'{100 * outside:.1f}%'}" if busy else "-")
             line += (f" {fmt(c['shoal_shared_qps'])} | {fmt(c['shoal_per_query_qps'])} |"
                      f" {fmt(c['faiss_qps'])} | {share} | {waits} |")
         print(line)
