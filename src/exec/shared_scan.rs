@@ -15,7 +15,9 @@
 //!   while its partitions stream past (a table lookup per code byte gains
 //!   nothing from sharing; the load does). Query by query also keeps each
 //!   query's heap, and so RaBitQ's threshold-dependent screen, in the
-//!   order of its single-query walk.
+//!   order of its single-query walk. A PQ block with fewer queries than
+//!   threads and at least `PQ_MIN_SPLIT_ROWS` code rows splits each
+//!   query's partitions over the threads instead ([`scan_pq_split`]).
 //!
 //! Each query brings its own options: k, offset, filter (and mode),
 //! nprobes and refine factor. Per partition, each distinct prefilter of its
@@ -37,8 +39,11 @@
 //!   with exact distances, each fragment's vectors read once for the batch.
 //!
 //! Work is shared out to the scan threads through an atomic counter; each
-//! thread keeps its own heaps and scratch, merged at the end, so there is no
-//! lock on the hot path. Unindexed fragments get one exact pass for the
+//! thread keeps its own heaps and scratch, merged at the end (on the
+//! threads too, in groups of queries), so there is no lock on the hot
+//! path. The centroid ranking before the scan also runs on the threads, in
+//! groups of queries: on many cores a serial step of a few percent would
+//! cap the batch's speed-up. Unindexed fragments get one exact pass for the
 //! whole batch. Every (query, row) distance comes from the same functions as
 //! in the single-query path ([`score_partition`], [`scan_code_partition`],
 //! the exact rerank's `fma_dot`), so each query's top-k is identical to what

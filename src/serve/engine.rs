@@ -194,7 +194,6 @@ impl Engine {
 }
 
 impl EngineCore {
-    /// `Err(ShuttingDown)` once shutdown has begun.
     /// A scan slot for a search that need not pass through the coalescer:
     /// with `coalescer.flush_when_idle`, when no search waits in it (none
     /// in its inbox, none in its groups) and a slot is free, the coalescer
@@ -211,6 +210,7 @@ impl EngineCore {
         }
     }
 
+    /// `Err(ShuttingDown)` once shutdown has begun.
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closing.load(Ordering::SeqCst) {
             Err(Error::ShuttingDown)

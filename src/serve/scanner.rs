@@ -28,6 +28,7 @@ use crate::query::{
     BatchInfo, BatchQuery, Hit, PerQuery, PerQueryParams, SearchResponse, SearchResults,
     SharedParams,
 };
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -375,7 +376,12 @@ impl Scanner {
             };
             let outcome = permit.and_then(|_permit| {
                 token.check()?;
-                scan(&snapshot, &query, &token, split_on_error)
+                // The callers must hear of a panic as an error, not as the
+                // engine going away (their reply channels dropped).
+                catch_unwind(AssertUnwindSafe(|| {
+                    scan(&snapshot, &query, &token, split_on_error)
+                }))
+                .unwrap_or_else(|_| Err(Error::Internal("a batch's scan panicked".into())))
             });
             answer(outcome);
         };
