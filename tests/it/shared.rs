@@ -262,6 +262,31 @@ fn concurrent_loads_of_one_partition_load_it_once() {
     assert_eq!(c.hits + c.misses, 8 * 4);
 }
 
+/// A dataset of `fragments` (`dim`-wide rows, seeded), indexed with `kind`
+/// in `partitions` partitions, rows with `len = 4` deleted, opened twice:
+/// with one scan thread and with four.
+fn indexed_on_one_and_four_threads(
+    fragments: &[usize],
+    dim: usize,
+    kind: IndexKind,
+    partitions: usize,
+    metric: Metric,
+    seed: u64,
+) -> (tempfile::TempDir, Vec<Row>, Dataset, Dataset) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ds, rows) = build(dir.path(), fragments, dim, metric, seed);
+    ds.create_index(None, IndexParams::new(kind, partitions))
+        .unwrap();
+    ds.delete("len = 4").unwrap();
+    let open = |threads: usize| {
+        let mut config = shoal::Config::default();
+        config.search.threads = threads;
+        Dataset::open_with_config(dir.path(), config).unwrap()
+    };
+    let (one, four) = (open(1), open(4));
+    (dir, rows, one, four)
+}
+
 /// A lone query over enough rows is scanned on several threads (its
 /// partitions shared out, one heap per share, merged): the rows and the
 /// distance bits are exactly those of a one-thread scan, ties, filters and
@@ -282,16 +307,8 @@ fn a_lone_query_split_over_threads_answers_bit_for_bit_as_one_thread() {
         (IndexKind::IvfRq { bits: 2 }, Metric::L2, small),
         (IndexKind::IvfRq { bits: 1 }, Metric::Cosine, small),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut ds, rows) = build(dir.path(), fragments, 8, metric, 77);
-        ds.create_index(None, IndexParams::new(kind, 8)).unwrap();
-        ds.delete("len = 4").unwrap();
-        let open = |threads: usize| {
-            let mut config = shoal::Config::default();
-            config.search.threads = threads;
-            Dataset::open_with_config(dir.path(), config).unwrap()
-        };
-        let (one, four) = (open(1), open(4));
+        let (_dir, rows, one, four) =
+            indexed_on_one_and_four_threads(fragments, 8, kind, 8, metric, 77);
         for i in (0..rows.len()).step_by(rows.len() / 24) {
             for filter in [None, Some("len < 9"), Some("category = 'noun'")] {
                 let mut q = Query::new(rows[i].vector.clone(), 25).nprobes(nprobes);
@@ -328,16 +345,8 @@ fn a_large_batch_on_four_threads_answers_each_query_as_alone_on_one_thread() {
         (IndexKind::IvfSq, Metric::Cosine),
         (IndexKind::IvfPq { sub_vectors: 4 }, Metric::Dot),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut ds, rows) = build(dir.path(), &[3_000, 3_000], 16, metric, 91);
-        ds.create_index(None, IndexParams::new(kind, 64)).unwrap();
-        ds.delete("len = 4").unwrap();
-        let open = |threads: usize| {
-            let mut config = shoal::Config::default();
-            config.search.threads = threads;
-            Dataset::open_with_config(dir.path(), config).unwrap()
-        };
-        let (one, four) = (open(1), open(4));
+        let (_dir, rows, one, four) =
+            indexed_on_one_and_four_threads(&[3_000, 3_000], 16, kind, 64, metric, 91);
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         let size = 200;
         let mut vectors = random_queries(&mut rng, &rows, size, 16);
