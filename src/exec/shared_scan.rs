@@ -225,23 +225,42 @@ fn rank_shared(
     if shares <= 1 {
         return Ok(rank_partitions(seg, batch.metric, &batch.queries, limit));
     }
+    let by_group = map_query_groups(view, shares, 0..n, |range| {
+        rank_query_range(seg, batch.metric, &batch.queries, range, limit)
+    })?;
+    Ok(by_group.into_iter().flatten().collect())
+}
+
+/// `f` of each group of [`QUERY_GROUP`] consecutive queries of `queries`
+/// (the last group may be shorter), on `shares` scan threads; the outputs
+/// in group order.
+fn map_query_groups<T: Send + 'static>(
+    view: &IndexView<'_>,
+    shares: usize,
+    queries: std::ops::Range<usize>,
+    f: impl Fn(std::ops::Range<usize>) -> T + Sync,
+) -> Result<Vec<T>> {
+    let groups: Vec<std::ops::Range<usize>> = queries
+        .clone()
+        .step_by(QUERY_GROUP)
+        .map(|lo| lo..(lo + QUERY_GROUP).min(queries.end))
+        .collect();
     let next = AtomicUsize::new(0);
-    let ranked = view.pool.run(shares, |_| {
+    let done = view.pool.run(shares.clamp(1, groups.len().max(1)), |_| {
         let mut got = Vec::new();
-        while let Some(g) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&g| g < groups) {
-            let range = g * QUERY_GROUP..((g + 1) * QUERY_GROUP).min(n);
-            got.push((
-                g,
-                rank_query_range(seg, batch.metric, &batch.queries, range, limit),
-            ));
+        while let Some(g) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&g| g < groups.len())
+        {
+            got.push((g, f(groups[g].clone())));
         }
         Ok(got)
     })?;
-    let mut by_group: Vec<Vec<Vec<u32>>> = vec![Vec::new(); groups];
-    for (g, lists) in ranked.into_iter().flatten() {
-        by_group[g] = lists;
+    let mut out: Vec<Option<T>> = (0..groups.len()).map(|_| None).collect();
+    for (g, value) in done.into_iter().flatten() {
+        out[g] = Some(value);
     }
-    Ok(by_group.into_iter().flatten().collect())
+    out.into_iter()
+        .map(|v| v.ok_or_else(|| Error::Internal("a query group was not mapped".into())))
+        .collect()
 }
 
 /// Each query's probe list in `seg` (from its ranked partitions, nearest
@@ -584,15 +603,12 @@ fn scan_pq_block(
     // query's partitions over the threads instead (see `scan_pq_split`).
     // RaBitQ does not: its screen's error bound makes which rows it skips
     // depend on the heap it scans into, so each query keeps its walk.
+    let split_threads = threads_for(view, work, units.len());
     let split = seg.model.rq.is_none()
         && block.len() < view.threads
         && work >= PQ_MIN_SPLIT_ROWS
-        && threads_for(view, work, units.len()) > 1;
-    let fetch_threads = if split {
-        threads_for(view, work, units.len())
-    } else {
-        threads
-    };
+        && split_threads > 1;
+    let fetch_threads = if split { split_threads } else { threads };
     // Fetch: each distinct partition once, shared out to the threads, with
     // the bits of each prefilter its queries bring.
     let next = AtomicUsize::new(0);
@@ -614,12 +630,12 @@ fn scan_pq_block(
     for (u, part, bits) in fetched.into_iter().flatten() {
         partitions[u] = Some((part, bits));
     }
+    let fetched = FetchedBlock {
+        block: block.clone(),
+        slot: &slot,
+        partitions: &partitions,
+    };
     if split {
-        let fetched = FetchedBlock {
-            block,
-            slot: &slot,
-            partitions: &partitions,
-        };
         return scan_pq_split(scan, &fetched, fetch_threads, heaps);
     }
     // RaBitQ: the block's queries rotated in kernel calls of 16 (the dot
@@ -628,29 +644,9 @@ fn scan_pq_block(
     let rotated: Vec<Vec<f32>> = match &seg.model.rq {
         Some(rq) => {
             let dim = batch.queries.dim;
-            let chunks: Vec<std::ops::Range<usize>> = block
-                .clone()
-                .step_by(QUERY_GROUP)
-                .map(|lo| lo..(lo + QUERY_GROUP).min(block.end))
-                .collect();
-            let next = AtomicUsize::new(0);
-            let parts = view.pool.run(threads.min(chunks.len()), |_| {
-                let mut got = Vec::new();
-                let mut c = next.fetch_add(1, Ordering::Relaxed);
-                while let Some(range) = chunks.get(c) {
-                    got.push((
-                        c,
-                        rq.rotate(&batch.queries.data[range.start * dim..range.end * dim]),
-                    ));
-                    c = next.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(got)
-            })?;
-            let mut out = vec![Vec::new(); chunks.len()];
-            for (c, z) in parts.into_iter().flatten() {
-                out[c] = z;
-            }
-            out
+            map_query_groups(view, threads, block.clone(), |range| {
+                rq.rotate(&batch.queries.data[range.start * dim..range.end * dim])
+            })?
         }
         None => Vec::new(),
     };
@@ -674,9 +670,7 @@ fn scan_pq_block(
                     let z = rotated[k / QUERY_GROUP][at..at + rq.padded].to_vec();
                     CodeQuery::Rq(rq.query_rotated(batch.metric, q, z))
                 }
-                None => CodeQuery::new(seg, batch.metric, q).ok_or_else(|| {
-                    Error::Internal("code scan of a segment without PQ or RaBitQ".into())
-                })?,
+                None => code_query(seg, batch.metric, q)?,
             };
             let mut heap = match carried[qi - block.start].lock() {
                 Ok(mut h) => std::mem::replace(&mut *h, TopK::new(0)),
@@ -684,19 +678,7 @@ fn scan_pq_block(
             };
             for &p in &probes[qi] {
                 view.cancel.check()?;
-                let (part, bits) = partitions[slot[p as usize]]
-                    .as_ref()
-                    .ok_or_else(|| Error::Internal(format!("partition {p} was not fetched")))?;
-                let test = admission.test(bits.of(batch.prefilter(qi)));
-                let scan =
-                    scan_code_partition(seg, p, part, batch.metric, q, &cq, test, &mut heap)?;
-                loads.scored.fetch_add(part.len() as u64, Ordering::Relaxed);
-                loads
-                    .rescored
-                    .fetch_add(scan.rescored as u64, Ordering::Relaxed);
-                loads
-                    .bound_skipped
-                    .fetch_add(scan.bound_skipped as u64, Ordering::Relaxed);
+                fetched.scan(scan, qi, p, &cq, &mut heap)?;
             }
             out.push((qi, heap));
         }
@@ -708,12 +690,57 @@ fn scan_pq_block(
     Ok(())
 }
 
+/// Query `q`'s tables for code segment `seg` ([`CodeQuery::new`]); a
+/// segment without codes here is an internal error.
+fn code_query(seg: &LoadedSegment, metric: crate::kernel::Metric, q: &[f32]) -> Result<CodeQuery> {
+    CodeQuery::new(seg, metric, q)
+        .ok_or_else(|| Error::Internal("code scan of a segment without PQ or RaBitQ".into()))
+}
+
 /// A PQ block's partitions as fetched: `partitions[slot[p]]` is partition
 /// `p` with its prefilter bits.
 struct FetchedBlock<'a> {
     block: std::ops::Range<usize>,
     slot: &'a [usize],
     partitions: &'a [Option<(Arc<Partition>, Bits)>],
+}
+
+impl FetchedBlock<'_> {
+    /// Scans fetched partition `p` for query `qi` (tables `cq`) into `heap`
+    /// through the query's own row test, and counts the rows.
+    fn scan(
+        &self,
+        scan: &SegmentScan<'_, '_>,
+        qi: usize,
+        p: u32,
+        cq: &CodeQuery,
+        heap: &mut TopK,
+    ) -> Result<()> {
+        let (part, bits) = self.partitions[self.slot[p as usize]]
+            .as_ref()
+            .ok_or_else(|| Error::Internal(format!("partition {p} was not fetched")))?;
+        let batch = scan.batch;
+        let test = scan.admission.test(bits.of(batch.prefilter(qi)));
+        let counts = scan_code_partition(
+            scan.seg,
+            p,
+            part,
+            batch.metric,
+            batch.queries.row(qi),
+            cq,
+            test,
+            heap,
+        )?;
+        let loads = scan.loads;
+        loads.scored.fetch_add(part.len() as u64, Ordering::Relaxed);
+        loads
+            .rescored
+            .fetch_add(counts.rescored as u64, Ordering::Relaxed);
+        loads
+            .bound_skipped
+            .fetch_add(counts.bound_skipped as u64, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 /// A PQ block with fewer queries than scan threads: its (query, partition)
@@ -730,26 +757,15 @@ fn scan_pq_split(
     shares: usize,
     heaps: &mut [TopK],
 ) -> Result<()> {
-    let SegmentScan {
-        view,
-        seg,
-        batch,
-        probes,
-        admission,
-        loads,
-    } = *scan;
+    let (view, seg, batch) = (scan.view, scan.seg, scan.batch);
     let block = fetched.block.clone();
     let tables: Vec<CodeQuery> = block
         .clone()
-        .map(|qi| {
-            CodeQuery::new(seg, batch.metric, batch.queries.row(qi)).ok_or_else(|| {
-                Error::Internal("code scan of a segment without PQ or RaBitQ".into())
-            })
-        })
+        .map(|qi| code_query(seg, batch.metric, batch.queries.row(qi)))
         .collect::<Result<_>>()?;
     let mut pairs: Vec<(usize, u32)> = block
         .clone()
-        .flat_map(|qi| probes[qi].iter().map(move |&p| (qi, p)))
+        .flat_map(|qi| scan.probes[qi].iter().map(move |&p| (qi, p)))
         .collect();
     pairs.sort_by_key(|&(_, p)| std::cmp::Reverse(seg.partition_rows(p)));
     let next = AtomicUsize::new(0);
@@ -760,25 +776,8 @@ fn scan_pq_split(
             .collect();
         while let Some(&(qi, p)) = pairs.get(next.fetch_add(1, Ordering::Relaxed)) {
             view.cancel.check()?;
-            let (part, bits) = fetched.partitions[fetched.slot[p as usize]]
-                .as_ref()
-                .ok_or_else(|| Error::Internal(format!("partition {p} was not fetched")))?;
-            let test = admission.test(bits.of(batch.prefilter(qi)));
             let k = qi - block.start;
-            let counts = scan_code_partition(
-                seg,
-                p,
-                part,
-                batch.metric,
-                batch.queries.row(qi),
-                &tables[k],
-                test,
-                &mut local[k],
-            )?;
-            loads.scored.fetch_add(part.len() as u64, Ordering::Relaxed);
-            loads
-                .rescored
-                .fetch_add(counts.rescored as u64, Ordering::Relaxed);
+            fetched.scan(scan, qi, p, &tables[k], &mut local[k])?;
         }
         Ok(local)
     })?;
