@@ -203,19 +203,21 @@ fn searches_over_http_answer_what_the_in_process_path_answers() {
         .flatten()
         .flat_map(|x| x.to_le_bytes())
         .collect();
-    let post_raw = |query: &str, body: &[u8]| -> (u16, serde_json::Value) {
+    // A binary batch body of `content_type`, options in the query string.
+    let post_binary = |content_type: &str, query: &str, body: &[u8]| -> (u16, serde_json::Value) {
         let mut response = agent()
             .post(&format!(
                 "{}/v1/datasets/ds/search/batch?{query}",
                 server.url
             ))
-            .header("content-type", "application/octet-stream")
+            .header("content-type", content_type)
             .send(body)
             .unwrap();
         let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().unwrap();
         (status, serde_json::from_str(&text).unwrap())
     };
+    let post_raw = |query: &str, body: &[u8]| post_binary("application/octet-stream", query, body);
     let json_body = serde_json::json!({ "vectors": vectors, "k": 6, "nprobes": 2,
         "filter": "len < 20", "select": ["len", "category"] });
     let (status, want) = post(
@@ -262,19 +264,8 @@ fn searches_over_http_answer_what_the_in_process_path_answers() {
         drop(w);
         out
     };
-    let post_arrow = |query: &str, body: &[u8]| -> (u16, serde_json::Value) {
-        let mut response = agent()
-            .post(&format!(
-                "{}/v1/datasets/ds/search/batch?{query}",
-                server.url
-            ))
-            .header("content-type", "application/vnd.apache.arrow.stream")
-            .send(body)
-            .unwrap();
-        let status = response.status().as_u16();
-        let text = response.body_mut().read_to_string().unwrap();
-        (status, serde_json::from_str(&text).unwrap())
-    };
+    let post_arrow =
+        |query: &str, body: &[u8]| post_binary("application/vnd.apache.arrow.stream", query, body);
     let (status, got) = post_arrow(
         "k=6&nprobes=2&filter=len%20%3C%2020&select=len,category",
         &arrow_body,
