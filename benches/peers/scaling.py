@@ -7,7 +7,9 @@ thread count (1, 2, 4, ... up to the cores, and the core count itself)
 and each pass, alternating: `shoal bench --mode batch` with
 `[search] threads = T` (shared scan and per-query loop, batch sizes given),
 FAISS `IndexIVFFlat` with `omp_set_num_threads(T)` on the same queries,
-and `shoal bench --mode exact` for the FMA peak on T threads. Medians over
+and `shoal bench --mode exact` for the FMA peak and the memory read
+bandwidth on T threads (a scan whose partition bytes per second reach the
+read bandwidth is memory-bound, not short of threads). Medians over
 the passes go to a JSON file and a Markdown table.
 
     benches/scaling.sh                       # the wrapper: builds, finds a python with faiss
@@ -92,8 +94,8 @@ def config_for(a, threads):
 
 
 def shoal_pass(a, dataset, queries, threads):
-    """{batch: {"shared": qps, "per_query": qps, "shared_gflops": x}} and
-    the FMA peak on `threads` threads."""
+    """{batch: {"shared": qps, "per_query": qps, "shared_gflops": x, ...}}
+    and the FMA peak and read bandwidth on `threads` threads."""
     cfg = config_for(a, threads)
     out = os.path.join(a.work, "batch.json")
     run([a.shoal, "bench", "--mode", "batch", "--config", cfg, "--dataset", dataset,
@@ -107,14 +109,15 @@ def shoal_pass(a, dataset, queries, threads):
         key = "shared" if r["mode"] == "Shared" else "per_query"
         entry[key] = r["qps"]
         entry[key + "_gflops"] = r.get("scan_gflops")
+        entry[key + "_gbs"] = r.get("partition_gbs")
         entry[key + "_busy"] = r.get("thread_utilisation")
         entry[key + "_heap_merge"] = r.get("heap_merge_share")
         entry[key + "_outside_scan"] = r.get("outside_scan_share")
     exact = os.path.join(a.work, "exact.json")
     run([a.shoal, "bench", "--mode", "exact", "--config", cfg, "--rows", "20000",
          "--dim", str(a.dim), "--batch-sizes", "1", "--seconds", "0.3", "--json", exact])
-    peak = json.load(open(exact))["peak_all_gflops"]
-    return result, peak
+    report = json.load(open(exact))
+    return result, (report["peak_all_gflops"], report.get("read_all_gbs"))
 
 
 def faiss_pass(a, index, xq, threads):
@@ -156,13 +159,14 @@ def main():
     xq = read_fvecs(queries)
     index = faiss.read_index(faiss_path)
     batches = [int(x) for x in a.batch_sizes.split(",")]
-    samples = {t: {"shoal": [], "faiss": [], "peak": []} for t in counts}
+    samples = {t: {"shoal": [], "faiss": [], "peak": [], "read": []} for t in counts}
     for pass_ in range(a.passes):
         for t in counts:
             log(f"pass {pass_ + 1}/{a.passes}, {t} threads")
-            s, peak = shoal_pass(a, dataset, queries, t)
+            s, (peak, read) = shoal_pass(a, dataset, queries, t)
             samples[t]["shoal"].append(s)
             samples[t]["peak"].append(peak)
+            samples[t]["read"].append(read)
             samples[t]["faiss"].append(faiss_pass(a, index, xq, t))
 
     def median(values):
@@ -171,13 +175,18 @@ def main():
 
     rows = []
     for t in counts:
-        row = {"threads": t, "fma_peak_gflops": median(samples[t]["peak"]), "batches": {}}
+        row = {"threads": t, "fma_peak_gflops": median(samples[t]["peak"]),
+               "read_bandwidth_gbs": median(samples[t]["read"]), "batches": {}}
         for b in batches:
             shoal = samples[t]["shoal"]
             row["batches"][str(b)] = {
                 "shoal_shared_qps": median([s.get(b, {}).get("shared") for s in shoal]),
                 "shoal_per_query_qps": median([s.get(b, {}).get("per_query") for s in shoal]),
                 "shoal_shared_gflops": median([s.get(b, {}).get("shared_gflops") for s in shoal]),
+                # Partition bytes per second of batch time: against the
+                # read bandwidth, how memory-bound each path is.
+                "shoal_shared_gbs": median([s.get(b, {}).get("shared_gbs") for s in shoal]),
+                "shoal_per_query_gbs": median([s.get(b, {}).get("per_query_gbs") for s in shoal]),
                 # The scan threads' busy share of the phase, and the share
                 # of it spent merging per-thread heaps: where threads wait.
                 "shoal_shared_threads_busy": median([s.get(b, {}).get("shared_busy") for s in shoal]),
@@ -208,18 +217,22 @@ def main():
     def fmt(x):
         return "-" if x is None else f"{x:,.0f}"
 
+    def gbs(x):
+        return "-" if x is None else f"{x:.1f}"
+
     print(f"{a.rows:,} x {a.dim}, ivf_flat {a.partitions} partitions, nprobes {a.nprobes}, "
           f"k {a.k}; {cores} cores ({cpu}); FAISS {faiss.__version__}; median of {a.passes} passes")
-    head = "| threads | FMA peak GFLOP/s |"
-    rule = "|---:|---:|"
+    head = "| threads | FMA peak GFLOP/s | read GB/s |"
+    rule = "|---:|---:|---:|"
     for b in batches:
         head += (f" shoal b{b} shared | shoal b{b} per-query | FAISS b{b} | shared b{b} GFLOP/s (of peak) |"
+                 f" b{b} partition GB/s shared / per-query |"
                  f" shared b{b} threads busy / heap merge / outside scan |")
-        rule += "---:|---:|---:|---:|---:|"
+        rule += "---:|---:|---:|---:|---:|---:|"
     print(head)
     print(rule)
     for row in rows:
-        line = f"| {row['threads']} | {fmt(row['fma_peak_gflops'])} |"
+        line = f"| {row['threads']} | {fmt(row['fma_peak_gflops'])} | {gbs(row['read_bandwidth_gbs'])} |"
         for b in batches:
             c = row["batches"][str(b)]
             g, peak = c["shoal_shared_gflops"], row["fma_peak_gflops"]
@@ -229,7 +242,8 @@ def main():
             waits = (f"{100 * busy:.0f}% / {100 * merge:.1f}% / "
                      f"{'-' if outside is None else f'{100 * outside:.1f}%'}" if busy else "-")
             line += (f" {fmt(c['shoal_shared_qps'])} | {fmt(c['shoal_per_query_qps'])} |"
-                     f" {fmt(c['faiss_qps'])} | {share} | {waits} |")
+                     f" {fmt(c['faiss_qps'])} | {share} |"
+                     f" {gbs(c['shoal_shared_gbs'])} / {gbs(c['shoal_per_query_gbs'])} | {waits} |")
         print(line)
     print(f"\nJSON: {a.out}")
 

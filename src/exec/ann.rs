@@ -442,6 +442,7 @@ pub fn search_per_query(
         heaps.extend(h);
         profile.pairs_probed += p.pairs_probed;
         profile.distinct_partitions += p.distinct_partitions;
+        profile.partition_bytes += p.partition_bytes;
         profile.cache_hits += p.cache_hits;
         profile.cache_misses += p.cache_misses;
         profile.bytes_read += p.bytes_read;
@@ -504,6 +505,7 @@ fn search_one(
             }
             profile.pairs_probed += 1;
             profile.distinct_partitions += 1;
+            profile.partition_bytes += part.size_bytes() as u64;
             profile.rows_scored += part.len() as u64;
             let bits = match prefilter {
                 Some(f) => Some(admission.partition_bits(&seg.key, p, &part, f)?),

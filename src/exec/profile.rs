@@ -34,6 +34,11 @@ pub struct Profile {
     pub cache_misses: u64,
     /// Bytes read from partition files.
     pub bytes_read: u64,
+    /// Bytes of the partitions the scan read through (vectors or codes,
+    /// and row ids): each distinct partition once per shared scan, once
+    /// per probing query on the per-query path. Against the batch's time,
+    /// the memory bandwidth the scan drew.
+    pub partition_bytes: u64,
     /// (query, row) pairs in the partitions and fragments scanned.
     pub rows_scored: u64,
     /// Of those, in IVF_PQ and IVF_RQ partitions, the pairs scored in
@@ -87,7 +92,7 @@ impl Profile {
         s.push_str(&format!(
             "\nqueries {}  distinct filters {}  filter evaluations {} ({} rows tested, {:.2} ms)  \
              filter cache hits {}\n\
-             (query, partition) pairs {}  distinct partitions {}  cache hits {} misses {}  bytes read {}\n\
+             (query, partition) pairs {}  distinct partitions {} ({} bytes)  cache hits {} misses {}  bytes read {}\n\
              adaptive rounds {} (partitions loaded per round {:?})  refine rows read {}\n\
              rows scored {} (PQ/RQ rows scored in full {}, RQ rows skipped by the bound {})\n\
              time: rank {:.2} ms  scan {:.2} ms  merge {:.2} ms  materialise {:.2} ms",
@@ -99,6 +104,7 @@ impl Profile {
             self.filter_cache_hits,
             self.pairs_probed,
             self.distinct_partitions,
+            self.partition_bytes,
             self.cache_hits,
             self.cache_misses,
             self.bytes_read,

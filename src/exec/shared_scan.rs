@@ -93,6 +93,8 @@ struct Loads {
     scored: AtomicU64,
     rescored: AtomicU64,
     bound_skipped: AtomicU64,
+    /// Bytes of the distinct partitions scanned.
+    partition_bytes: AtomicU64,
 }
 
 impl Loads {
@@ -117,6 +119,7 @@ impl Loads {
         profile.rows_scored += self.scored.into_inner();
         profile.rows_rescored += self.rescored.into_inner();
         profile.rows_bound_skipped += self.bound_skipped.into_inner();
+        profile.partition_bytes += self.partition_bytes.into_inner();
     }
 }
 
@@ -443,6 +446,9 @@ fn scan_partition_major(
         let mut local: Vec<TopK> = (0..n).map(|i| TopK::new(batch.index_depth(i))).collect();
         let (mut qrows, mut qnorms, mut qoffsets, mut scores) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Counted here and added once per share: a shared counter
+        // written per partition would bounce between cores.
+        let (mut scored, mut bytes) = (0u64, 0u64);
         while let Some(&p) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
             view.cancel.check()?;
             let part = loads.fetch(seg, p, view)?;
@@ -475,10 +481,11 @@ fn scan_partition_major(
                     );
                 }
             }
-            loads
-                .scored
-                .fetch_add((qs.len() * part.len()) as u64, Ordering::Relaxed);
+            scored += (qs.len() * part.len()) as u64;
+            bytes += part.size_bytes() as u64;
         }
+        loads.scored.fetch_add(scored, Ordering::Relaxed);
+        loads.partition_bytes.fetch_add(bytes, Ordering::Relaxed);
         Ok(local)
     })?;
     let wall = ms_since(phase);
@@ -621,6 +628,9 @@ fn scan_pq_block(
             let part = loads.fetch(seg, p, view)?;
             let bits =
                 admission.bits_for(batch, unit_queries[u].iter().copied(), &seg.key, p, &part)?;
+            loads
+                .partition_bytes
+                .fetch_add(part.size_bytes() as u64, Ordering::Relaxed);
             got.push((u, part, bits));
         }
         Ok(got)

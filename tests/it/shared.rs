@@ -219,6 +219,14 @@ fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
         "a cold cache loads each distinct partition once"
     );
     assert!(p.bytes_read > 0);
+    // The bytes scanned are those of the distinct partitions, each once:
+    // what the cold cache now holds by its own weigher.
+    assert_eq!(
+        p.partition_bytes,
+        cold.partition_cache().weighted_size(),
+        "{}",
+        p.render()
+    );
     // The scan phase's thread accounting: each share works inside the
     // phase, so the busy time never exceeds shares × wall.
     assert!(p.scan_shares >= 1, "{}", p.render());
@@ -239,6 +247,14 @@ fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
     b.shared.mode = SearchMode::PerQuery;
     let (_, pq) = cold.explain(&b).unwrap();
     assert_eq!(pq.cache_hits + pq.cache_misses, pq.pairs_probed);
+    // ... and reads a partition through once per query that probes it.
+    assert!(pq.partition_bytes > p.partition_bytes, "{}", pq.render());
+    let mut one = BatchQuery::new(vec![vectors[0].clone()], 5);
+    one.own_mut().nprobes = Nprobes::Fixed(6);
+    let (_, shared_one) = cold.explain(&one).unwrap();
+    one.shared.mode = SearchMode::PerQuery;
+    let (_, alone) = cold.explain(&one).unwrap();
+    assert_eq!(shared_one.partition_bytes, alone.partition_bytes);
     let counters = cold.partition_cache().counters();
     assert_eq!(counters.misses, p.cache_misses);
 }

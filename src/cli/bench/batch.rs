@@ -57,6 +57,11 @@ pub struct BatchRow {
     pub misses_per_batch: f64,
     /// Scan GFLOP/s (flat/SQ rows scored × dim × 2 ÷ scan time).
     pub scan_gflops: f64,
+    /// Partition bytes the batches read through (each distinct partition
+    /// once per shared scan, once per probing query per query), per second
+    /// of batch wall time, GB/s: against the machine's read bandwidth
+    /// (`shoal bench --mode exact`), how close the scan is to memory-bound.
+    pub partition_gbs: f64,
     /// Flat/SQ shared scans: the scan threads' busy time over what they
     /// could have worked (see `Profile::thread_utilisation`); 0 otherwise.
     pub thread_utilisation: f64,
@@ -137,6 +142,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
                     tot.mode = p.mode;
                     tot.pairs_probed += p.pairs_probed;
                     tot.distinct_partitions += p.distinct_partitions;
+                    tot.partition_bytes += p.partition_bytes;
                     tot.cache_misses += p.cache_misses;
                     tot.rows_scored += p.rows_scored;
                     tot.scan_ms += p.scan_ms;
@@ -178,6 +184,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
                 } else {
                     0.0
                 },
+                partition_gbs: tot.partition_bytes as f64 / (wall_ms * 1e6),
                 thread_utilisation: tot.thread_utilisation(),
                 heap_merge_share: if tot.scan_parallel_ms + tot.heap_merge_ms > 0.0 {
                     tot.heap_merge_ms / (tot.scan_parallel_ms + tot.heap_merge_ms)
@@ -209,13 +216,13 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
         opts.shape.describe(),
         config.cache.capacity_bytes.bytes()
     );
-    println!("\n| mode (ran as) | batch | QPS | batch p50 ms | batch p99 ms | µs/query | recall@{} | pairs/batch | distinct partitions/batch | overlap | misses/batch | scan GFLOP/s | threads busy | heap merge | rank | outside scan | peak RSS MiB | ids = first mode's |", opts.k);
+    println!("\n| mode (ran as) | batch | QPS | batch p50 ms | batch p99 ms | µs/query | recall@{} | pairs/batch | distinct partitions/batch | overlap | misses/batch | scan GFLOP/s | partitions GB/s | threads busy | heap merge | rank | outside scan | peak RSS MiB | ids = first mode's |", opts.k);
     println!(
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for r in &rows {
         println!(
-            "| {} ({}) | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {} | {} | {:.1}% | {} | {:.0} | {} |",
+            "| {} ({}) | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {:.1} | {} | {} | {:.1}% | {} | {:.0} | {} |",
             r.mode,
             r.ran_as,
             r.batch,
@@ -229,6 +236,7 @@ pub fn run_batch(opts: &BatchBenchOptions, config: &Config) -> Result<Vec<BatchR
             if r.distinct_per_batch > 0.0 { r.pairs_per_batch / r.distinct_per_batch } else { 0.0 },
             r.misses_per_batch,
             if r.scan_gflops > 0.0 { format!("{:.1}", r.scan_gflops) } else { "-".into() },
+            r.partition_gbs,
             if r.thread_utilisation > 0.0 { format!("{:.0}%", 100.0 * r.thread_utilisation) } else { "-".into() },
             if r.thread_utilisation > 0.0 { format!("{:.1}%", 100.0 * r.heap_merge_share) } else { "-".into() },
             100.0 * r.rank_share,

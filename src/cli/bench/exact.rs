@@ -1,7 +1,9 @@
 //! `shoal bench --mode exact`: kernel throughput against the machine's FMA
-//! peak, and exact batch search against a per-query loop of the same code.
+//! peak (and its memory read bandwidth, the other ceiling of a scan), and
+//! exact batch search against a per-query loop of the same code.
 
 use super::fma_peak::measure_fma_peak_gflops;
+use super::read_bandwidth::measure_read_bandwidth_gbs;
 use super::temp_dataset;
 use serde::Serialize;
 use shoal::demo::clustered_vectors;
@@ -79,6 +81,10 @@ pub struct ExactBenchReport {
     pub peak_1t_gflops: f64,
     /// FMA peak of all scan threads together, GFLOP/s.
     pub peak_all_gflops: f64,
+    /// Memory read bandwidth of one thread, GB/s.
+    pub read_1t_gbs: f64,
+    /// Memory read bandwidth of all scan threads together, GB/s.
+    pub read_all_gbs: f64,
     /// Scan threads.
     pub threads: usize,
     /// Kernel rows.
@@ -156,6 +162,9 @@ pub fn run_exact(opts: &ExactBenchOptions, config: &Config) -> Result<ExactBench
     eprintln!("measuring FMA peak ...");
     let peak_1t = measure_fma_peak_gflops(1.0).unwrap_or(0.0);
     let peak_all = peak_all_threads(threads);
+    eprintln!("measuring memory read bandwidth ...");
+    let read_1t = measure_read_bandwidth_gbs(1, 1.0);
+    let read_all = measure_read_bandwidth_gbs(threads, 1.0);
     eprintln!("generating {} × {} vectors ...", opts.rows, opts.dim);
     let data = clustered_vectors(opts.rows, opts.dim, 64, 1);
     let max_batch = opts.batch_sizes.iter().copied().max().unwrap_or(1);
@@ -231,6 +240,8 @@ pub fn run_exact(opts: &ExactBenchOptions, config: &Config) -> Result<ExactBench
         dim: opts.dim,
         peak_1t_gflops: peak_1t,
         peak_all_gflops: peak_all,
+        read_1t_gbs: read_1t,
+        read_all_gbs: read_all,
         threads,
         kernel_rows,
         search_rows,
@@ -247,6 +258,10 @@ fn print_report(r: &ExactBenchReport) {
     println!(
         "FMA peak: {:.1} GFLOP/s on 1 thread, {:.1} GFLOP/s on {} threads",
         r.peak_1t_gflops, r.peak_all_gflops, r.threads
+    );
+    println!(
+        "memory read bandwidth: {:.1} GB/s on 1 thread, {:.1} GB/s on {} threads",
+        r.read_1t_gbs, r.read_all_gbs, r.threads
     );
     println!("\n| vectors | queries per call | threads | kernel GFLOP/s | of FMA peak |");
     println!("|---|---:|---:|---:|---:|");

@@ -14,6 +14,7 @@ pub mod exact;
 mod fma_peak;
 pub mod ivf;
 mod plot;
+mod read_bandwidth;
 pub mod remote;
 
 use serde::Serialize;
