@@ -16,17 +16,6 @@ pub trait X86Lanes: Sized {
     /// widened codes take registers of their own, so they get less.
     const WIDEST_SPAN: usize;
 
-    /// Whether a tile of several queries prefetches the next span of
-    /// blocks while it scores this one. Float32 lanes fill a cache line
-    /// per dimension, and with a few queries per row the tile asks for
-    /// lines faster than the hardware prefetcher alone brings them from
-    /// memory (measured on 1M × 128, 1,024 partitions, one thread: shared
-    /// scans of batch 64 and 256 +7–12%); with one query the stream is
-    /// bandwidth-bound either way and the extra instructions cost ~5%, so
-    /// one-query tiles do not prefetch. Codes fill a line per four
-    /// dimensions and were not measured with it.
-    const PREFETCH_NEXT_SPAN: bool;
-
     /// # Safety
     /// `p` points at one `Self`; the CPU supports AVX-512F.
     unsafe fn load512(p: *const Self) -> __m512;
@@ -38,7 +27,6 @@ pub trait X86Lanes: Sized {
 
 impl X86Lanes for Lanes {
     const WIDEST_SPAN: usize = 8;
-    const PREFETCH_NEXT_SPAN: bool = true;
 
     #[inline]
     #[target_feature(enable = "avx512f")]
@@ -59,7 +47,6 @@ impl X86Lanes for Lanes {
 
 impl X86Lanes for CodeLanes {
     const WIDEST_SPAN: usize = 4;
-    const PREFETCH_NEXT_SPAN: bool = false;
 
     #[inline]
     #[target_feature(enable = "avx512f")]
@@ -101,12 +88,6 @@ unsafe fn tile512<L: X86Lanes, const Q: usize, const B: usize>(
             let mut xv = [_mm512_setzero_ps(); B];
             for (b, v) in xv.iter_mut().enumerate() {
                 *v = L::load512(x.add(b * dim + j));
-                if L::PREFETCH_NEXT_SPAN && Q > 1 {
-                    // The same dimension of the next span's blocks (past
-                    // the end near the last span: a prefetch never
-                    // faults, and the address is only computed).
-                    _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add((B + b) * dim + j) as *const i8);
-                }
             }
             for (i, row) in acc.iter_mut().enumerate() {
                 let qv = _mm512_set1_ps(*q.add(i * dim + j));
