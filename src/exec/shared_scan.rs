@@ -628,9 +628,6 @@ fn scan_pq_block(
             let part = loads.fetch(seg, p, view)?;
             let bits =
                 admission.bits_for(batch, unit_queries[u].iter().copied(), &seg.key, p, &part)?;
-            loads
-                .partition_bytes
-                .fetch_add(part.size_bytes() as u64, Ordering::Relaxed);
             got.push((u, part, bits));
         }
         Ok(got)
@@ -638,6 +635,7 @@ fn scan_pq_block(
     let mut partitions = Vec::new();
     partitions.resize_with(units.len(), || None);
     for (u, part, bits) in fetched.into_iter().flatten() {
+        profile.partition_bytes += part.size_bytes() as u64;
         partitions[u] = Some((part, bits));
     }
     let fetched = FetchedBlock {
