@@ -15,9 +15,10 @@
 //!   while its partitions stream past (a table lookup per code byte gains
 //!   nothing from sharing; the load does). Query by query also keeps each
 //!   query's heap, and so RaBitQ's threshold-dependent screen, in the
-//!   order of its single-query walk. A PQ block with fewer queries than
-//!   threads and at least `PQ_MIN_SPLIT_ROWS` code rows splits each
-//!   query's partitions over the threads instead ([`scan_pq_split`]).
+//!   order of its single-query walk. A PQ or one-bit RaBitQ block (exact
+//!   screens) with fewer queries than threads and at least
+//!   `PQ_MIN_SPLIT_ROWS` code rows splits each query's partitions over the
+//!   threads instead ([`scan_pq_split`]).
 //!
 //! Each query brings its own options: k, offset, filter (and mode),
 //! nprobes and refine factor. Per partition, each distinct prefilter of its
@@ -606,12 +607,14 @@ fn scan_pq_block(
         .flat_map(|parts| parts.iter().map(|&p| seg.partition_rows(p)))
         .sum();
     let threads = threads_for(view, work, block.len());
-    // Fewer queries than threads (a lone query, say): PQ splits each
-    // query's partitions over the threads instead (see `scan_pq_split`).
-    // RaBitQ does not: its screen's error bound makes which rows it skips
-    // depend on the heap it scans into, so each query keeps its walk.
+    // Fewer queries than threads (a lone query, say): PQ and one-bit
+    // RaBitQ split each query's partitions over the threads instead (see
+    // `scan_pq_split`). RaBitQ above one bit does not: its screen's error
+    // bound makes which rows it skips depend on the heap it scans into, so
+    // each query keeps its walk (a split that replays the walk was
+    // measured 2x slower: docs/PERFORMANCE.md, 2026-12-07).
     let split_threads = threads_for(view, work, units.len());
-    let split = seg.model.rq.is_none()
+    let split = seg.model.rq.as_ref().is_none_or(|rq| rq.bits == 1)
         && block.len() < view.threads
         && work >= PQ_MIN_SPLIT_ROWS
         && split_threads > 1;
@@ -751,10 +754,11 @@ impl FetchedBlock<'_> {
     }
 }
 
-/// A PQ block with fewer queries than scan threads: its (query, partition)
-/// pairs are shared out to `shares` threads, largest partitions first,
-/// each share with its own heap per query, merged at the end. The PQ
-/// screen only skips rows whose lower bound exceeds the heap's threshold,
+/// A PQ (or one-bit RaBitQ) block with fewer queries than scan threads:
+/// its (query, partition) pairs are shared out to `shares` threads,
+/// largest partitions first, each share with its own heap per query,
+/// merged at the end. These screens only skip rows whose exact lower bound
+/// (one bit: of the distance itself) exceeds the heap's threshold,
 /// and a share's heap (fewer candidates) never has a lower threshold than
 /// the query's whole walk, so every row of the query's true top k is
 /// scored in either case: the rows and distance bits are those of the

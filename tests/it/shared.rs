@@ -310,10 +310,11 @@ fn indexed_on_one_and_four_threads(
 #[test]
 fn a_lone_query_split_over_threads_answers_bit_for_bit_as_one_thread() {
     // 24,000 rows in 8 partitions: a query probing 4 scores ~12,000 rows,
-    // well above the one-thread threshold. PQ splits a lone query only
-    // from 131,072 code rows: 160,000 rows, all 8 partitions probed.
-    // RaBitQ keeps a lone query's walk on one thread (checked below on the
-    // same large data, so that a split would be tried).
+    // well above the one-thread threshold. PQ and one-bit RaBitQ split a
+    // lone query only from 131,072 code rows: 160,000 rows, all 8
+    // partitions probed. RaBitQ above one bit keeps a lone query's walk on
+    // one thread (checked below on the same large data, so that a split
+    // would be tried).
     let small: (&[usize], usize) = (&[12_000, 12_000], 4);
     let large: (&[usize], usize) = (&[80_000, 80_000], 8);
     for (kind, metric, (fragments, nprobes)) in [
