@@ -24,7 +24,10 @@ use crate::index::pq::{scan_codes, ProductQuantizer, ScanSink, CODES};
 use crate::index::rq::{scan_rq_codes, RqQuery, ScanCounts};
 use crate::index::PartitionCache;
 use crate::kernel::lookup::{LookupKernel, LookupTable};
-use crate::kernel::{dot_blocks, dot_code_blocks, fma_dot, Kernel, Metric, PreparedQueries, BLOCK};
+use crate::kernel::{
+    dot_blocks, dot_blocks_streamed, dot_code_blocks, fma_dot, Kernel, Metric, PreparedQueries,
+    BLOCK,
+};
 use crate::query::{Candidate, Nprobes, TopK, ValidatedBatch};
 use crate::storage::FragmentView;
 use std::sync::Arc;
@@ -271,10 +274,13 @@ impl KernelQueries {
 /// `out[j * stride + r]`; returns the stride. The queries come as
 /// [`KernelQueries`] gives them: rows (row-major `qrows`), norms and, for
 /// SQ, offsets. (PQ and RaBitQ partitions go through [`scan_code_partition`].)
+/// `streamed`: the segment's vectors come from memory, not cache
+/// ([`streams_from_memory`]), so float32 tiles prefetch ahead.
 #[allow(clippy::too_many_arguments)]
 pub fn score_partition(
     p: u32,
     part: &Partition,
+    streamed: bool,
     metric: Metric,
     qrows: &[f32],
     qnorms: &[f32],
@@ -303,7 +309,12 @@ pub fn score_partition(
             let nb = v.block_count();
             let stride = nb * BLOCK;
             out.resize(nq * stride, 0.0);
-            dot_blocks(Kernel::detect(), qrows, v, 0..nb, out);
+            let dots = if streamed {
+                dot_blocks_streamed
+            } else {
+                dot_blocks
+            };
+            dots(Kernel::detect(), qrows, v, 0..nb, out);
             let norms = v.norms_sq();
             for (j, qn) in qnorms.iter().enumerate() {
                 metric.finish_all(&mut out[j * stride..j * stride + v.len()], None, *qn, norms);
@@ -521,9 +532,11 @@ fn search_one(
                 let kq = kernel_queries
                     .get_or_insert_with(|| KernelQueries::new(seg, &one.queries, &[0]));
                 let offset = kq.offset(0);
+                // One query: its tiles never prefetch, streamed or not.
                 score_partition(
                     p,
                     &part,
+                    false,
                     batch.metric,
                     kq.row(0),
                     &[qn],

@@ -129,11 +129,11 @@ pub fn dot_code_blocks(kernel: Kernel, queries: &[f32], xs: &CodeBlocks, out: &m
             let mut lanes = scratch.borrow_mut();
             lanes.clear();
             lanes.extend(xs.blocks.iter().map(|c| Lanes(c.values())));
-            super::dot_lanes(kernel, queries, nq, dim, &lanes, out, stride);
+            super::dot_lanes(kernel, queries, nq, dim, &lanes, out, stride, false);
         });
         return;
     }
-    super::dot_lanes(kernel, queries, nq, dim, &xs.blocks, out, stride);
+    super::dot_lanes(kernel, queries, nq, dim, &xs.blocks, out, stride, false);
 }
 
 /// The reference for one (query, row) pair: [`fma_dot`] of the query with

@@ -136,6 +136,82 @@ pub fn dot_blocks(
     blocks: Range<usize>,
     out: &mut [f32],
 ) {
+    dot_blocks_with(kernel, queries, xs, blocks, out, false);
+}
+
+/// [`dot_blocks`] for vectors streamed from memory rather than cache (see
+/// [`streams_from_memory`]): the AVX-512 tiles of several queries also
+/// prefetch the next blocks as they score these. The same bits as
+/// [`dot_blocks`]; only the speed differs, up or down with where the
+/// vectors are.
+pub fn dot_blocks_streamed(
+    kernel: Kernel,
+    queries: &[f32],
+    xs: &VectorBlocks,
+    blocks: Range<usize>,
+    out: &mut [f32],
+) {
+    dot_blocks_with(kernel, queries, xs, blocks, out, true);
+}
+
+/// Whether `bytes` of vectors, scanned, come from memory rather than the
+/// last-level cache: they exceed its size (Linux reports it in sysfs;
+/// elsewhere, or unreadable, no). `SHOAL_PREFETCH=on` or `off` overrides
+/// the answer, for hosts where the cache size misleads (a VM reporting
+/// its host's, say).
+pub fn streams_from_memory(bytes: u64) -> bool {
+    static FORCED: OnceLock<Option<bool>> = OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var("SHOAL_PREFETCH").ok().as_deref() {
+        Some("on") => Some(true),
+        Some("off") => Some(false),
+        _ => None,
+    });
+    forced.unwrap_or_else(|| last_level_cache_bytes().is_some_and(|llc| bytes > llc))
+}
+
+/// The largest data cache of CPU 0 (its last level), from
+/// `/sys/devices/system/cpu/cpu0/cache/index*/size` (read once).
+pub fn last_level_cache_bytes() -> Option<u64> {
+    static LLC: OnceLock<Option<u64>> = OnceLock::new();
+    *LLC.get_or_init(|| {
+        let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+        dir.filter_map(|entry| {
+            let path = entry.ok()?.path();
+            let kind = std::fs::read_to_string(path.join("type")).ok()?;
+            if kind.trim() == "Instruction" {
+                return None;
+            }
+            parse_cache_size(&std::fs::read_to_string(path.join("size")).ok()?)
+        })
+        .max()
+    })
+}
+
+/// A sysfs cache size (`32K`, `480M`, `1G` or plain bytes) in bytes.
+fn parse_cache_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((at, _)) => text.split_at(at),
+        None => (text, ""),
+    };
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(scale)
+}
+
+fn dot_blocks_with(
+    kernel: Kernel,
+    queries: &[f32],
+    xs: &VectorBlocks,
+    blocks: Range<usize>,
+    out: &mut [f32],
+    prefetch: bool,
+) {
     let dim = xs.dim();
     assert!(dim > 0 && queries.len().is_multiple_of(dim));
     assert!(blocks.end <= xs.block_count());
@@ -150,6 +226,7 @@ pub fn dot_blocks(
         xs.block_slice(blocks),
         out,
         stride,
+        prefetch,
     );
 }
 
@@ -164,7 +241,9 @@ trait KernelLanes: BlockLanes {}
 impl<L: BlockLanes> KernelLanes for L {}
 
 /// The kernel over raw block lanes (`x` whole blocks of `dim` lanes;
-/// `queries` `nq × dim`; `out` at least `nq × stride`, checked here).
+/// `queries` `nq × dim`; `out` at least `nq × stride`, checked here);
+/// `prefetch` as in [`dot_blocks_streamed`].
+#[allow(clippy::too_many_arguments)]
 fn dot_lanes<L: KernelLanes>(
     kernel: Kernel,
     queries: &[f32],
@@ -173,6 +252,7 @@ fn dot_lanes<L: KernelLanes>(
     x: &[L],
     out: &mut [f32],
     stride: usize,
+    prefetch: bool,
 ) {
     assert!(queries.len() >= nq * dim && out.len() >= nq * stride);
     assert!(x.len().is_multiple_of(dim) && x.len() / dim * BLOCK <= stride);
@@ -182,7 +262,13 @@ fn dot_lanes<L: KernelLanes>(
             assert!(std::arch::is_x86_feature_detected!("avx512f"));
             // SAFETY: the CPU supports AVX-512F (checked above); slices were
             // bounds-checked against nq, dim and stride.
-            unsafe { x86::dots_avx512(queries, nq, dim, x, out, stride) }
+            unsafe {
+                if prefetch {
+                    x86::dots_avx512::<L, true>(queries, nq, dim, x, out, stride)
+                } else {
+                    x86::dots_avx512::<L, false>(queries, nq, dim, x, out, stride)
+                }
+            }
         }
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx2 => {
@@ -206,6 +292,9 @@ mod tests {
         (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect()
     }
 
+    /// `dot_blocks` or `dot_blocks_streamed`.
+    type DotEntry = fn(Kernel, &[f32], &VectorBlocks, Range<usize>, &mut [f32]);
+
     #[test]
     fn every_kernel_matches_the_scalar_fma_chain_bit_for_bit() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
@@ -226,18 +315,22 @@ mod tests {
             let rows = random_rows(&mut rng, n, dim);
             let xs = VectorBlocks::from_rows(dim, &rows);
             let stride = xs.block_count() * BLOCK;
+            let entries: [(DotEntry, &str); 2] =
+                [(dot_blocks, "plain"), (dot_blocks_streamed, "streamed")];
             for kernel in Kernel::available() {
-                let mut out = vec![f32::NAN; nq * stride];
-                dot_blocks(kernel, &q, &xs, 0..xs.block_count(), &mut out);
-                for i in 0..nq {
-                    for v in 0..n {
-                        let expect =
-                            fma_dot(&q[i * dim..(i + 1) * dim], &rows[v * dim..(v + 1) * dim]);
-                        assert_eq!(
-                            out[i * stride + v].to_bits(),
-                            expect.to_bits(),
-                            "kernel {kernel:?} q{i} v{v} nq={nq} n={n} dim={dim}"
-                        );
+                for (entry, how) in entries {
+                    let mut out = vec![f32::NAN; nq * stride];
+                    entry(kernel, &q, &xs, 0..xs.block_count(), &mut out);
+                    for i in 0..nq {
+                        for v in 0..n {
+                            let expect =
+                                fma_dot(&q[i * dim..(i + 1) * dim], &rows[v * dim..(v + 1) * dim]);
+                            assert_eq!(
+                                out[i * stride + v].to_bits(),
+                                expect.to_bits(),
+                                "kernel {kernel:?} {how} q{i} v{v} nq={nq} n={n} dim={dim}"
+                            );
+                        }
                     }
                 }
             }
@@ -268,6 +361,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("48K\n"), Some(48 << 10));
+        assert_eq!(parse_cache_size("491520K"), Some(491_520 << 10));
+        assert_eq!(parse_cache_size("32M"), Some(32 << 20));
+        assert_eq!(parse_cache_size("1G"), Some(1 << 30));
+        assert_eq!(parse_cache_size("65536"), Some(65_536));
+        assert_eq!(parse_cache_size("12Q"), None);
+        assert_eq!(parse_cache_size(""), None);
+        assert_eq!(parse_cache_size("99999999999999999999G"), None);
     }
 
     #[test]
