@@ -203,8 +203,11 @@ def main():
             cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
     except OSError:
         pass
+    # The last-level cache as shoal saw it (ivf_flat segments larger than
+    # it are scanned with prefetch), from the last exact benchmark.
+    llc = json.load(open(os.path.join(a.work, "exact.json"))).get("last_level_cache_bytes")
     report = {
-        "machine": {"cores": cores, "cpu": cpu},
+        "machine": {"cores": cores, "cpu": cpu, "last_level_cache_bytes": llc},
         "data": {"rows": a.rows, "dim": a.dim, "partitions": a.partitions, "nprobes": a.nprobes,
                  "k": a.k, "queries": a.queries},
         "faiss": faiss.__version__,
@@ -221,7 +224,9 @@ def main():
         return "-" if x is None else f"{x:.1f}"
 
     print(f"{a.rows:,} x {a.dim}, ivf_flat {a.partitions} partitions, nprobes {a.nprobes}, "
-          f"k {a.k}; {cores} cores ({cpu}); FAISS {faiss.__version__}; median of {a.passes} passes")
+          f"k {a.k}; {cores} cores ({cpu}); last-level cache "
+          f"{'unknown' if llc is None else f'{llc >> 20} MiB'}; FAISS {faiss.__version__}; "
+          f"median of {a.passes} passes")
     head = "| threads | FMA peak GFLOP/s | read GB/s |"
     rule = "|---:|---:|---:|"
     for b in batches:

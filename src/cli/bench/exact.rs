@@ -7,7 +7,7 @@ use super::read_bandwidth::measure_read_bandwidth_gbs;
 use super::temp_dataset;
 use serde::Serialize;
 use shoal::demo::clustered_vectors;
-use shoal::kernel::{dot_blocks, Kernel, VectorBlocks, BLOCK};
+use shoal::kernel::{dot_blocks, last_level_cache_bytes, Kernel, VectorBlocks, BLOCK};
 use shoal::{BatchQuery, Config, Metric, Query, Result};
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,9 @@ pub struct ExactBenchReport {
     pub read_1t_gbs: f64,
     /// Memory read bandwidth of all scan threads together, GB/s.
     pub read_all_gbs: f64,
+    /// The last-level cache as shoal sees it (`ivf_flat` segments larger
+    /// than it are scanned with prefetch); `None` where unknown.
+    pub last_level_cache_bytes: Option<u64>,
     /// Scan threads.
     pub threads: usize,
     /// Kernel rows.
@@ -242,6 +245,7 @@ pub fn run_exact(opts: &ExactBenchOptions, config: &Config) -> Result<ExactBench
         peak_all_gflops: peak_all,
         read_1t_gbs: read_1t,
         read_all_gbs: read_all,
+        last_level_cache_bytes: last_level_cache_bytes(),
         threads,
         kernel_rows,
         search_rows,
@@ -263,6 +267,13 @@ fn print_report(r: &ExactBenchReport) {
         "memory read bandwidth: {:.1} GB/s on 1 thread, {:.1} GB/s on {} threads",
         r.read_1t_gbs, r.read_all_gbs, r.threads
     );
+    match r.last_level_cache_bytes {
+        Some(bytes) => println!(
+            "last-level cache: {} MiB (ivf_flat segments larger than it prefetch; SHOAL_PREFETCH overrides)",
+            bytes >> 20
+        ),
+        None => println!("last-level cache: unknown (no prefetch unless SHOAL_PREFETCH=on)"),
+    }
     println!("\n| vectors | queries per call | threads | kernel GFLOP/s | of FMA peak |");
     println!("|---|---:|---:|---:|---:|");
     for k in &r.kernel_rows {
