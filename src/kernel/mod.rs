@@ -164,7 +164,11 @@ pub fn streams_from_memory(bytes: u64) -> bool {
     let forced = FORCED.get_or_init(|| match std::env::var("SHOAL_PREFETCH").ok().as_deref() {
         Some("on") => Some(true),
         Some("off") => Some(false),
-        _ => None,
+        None => None,
+        Some(other) => {
+            tracing::warn!("SHOAL_PREFETCH={other:?} is neither on nor off; going by cache size");
+            None
+        }
     });
     forced.unwrap_or_else(|| last_level_cache_bytes().is_some_and(|llc| bytes > llc))
 }
@@ -204,6 +208,7 @@ fn parse_cache_size(text: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(scale)
 }
 
+/// [`dot_blocks`], with or without the tiles' prefetch.
 fn dot_blocks_with(
     kernel: Kernel,
     queries: &[f32],
