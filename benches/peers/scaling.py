@@ -160,6 +160,7 @@ def main():
     index = faiss.read_index(faiss_path)
     batches = [int(x) for x in a.batch_sizes.split(",")]
     samples = {t: {"shoal": [], "faiss": [], "peak": [], "read": []} for t in counts}
+    started = time.time()
     for pass_ in range(a.passes):
         for t in counts:
             log(f"pass {pass_ + 1}/{a.passes}, {t} threads")
@@ -204,10 +205,17 @@ def main():
     except OSError:
         pass
     # The last-level cache as shoal saw it (ivf_flat segments larger than
-    # it are scanned with prefetch), from the last exact benchmark.
-    llc = json.load(open(os.path.join(a.work, "exact.json"))).get("last_level_cache_bytes")
+    # it are scanned with prefetch) and any SHOAL_PREFETCH override, from
+    # this run's last exact benchmark.
+    llc, forced = None, None
+    exact_path = os.path.join(a.work, "exact.json")
+    if os.path.exists(exact_path) and os.path.getmtime(exact_path) >= started:
+        with open(exact_path) as f:
+            exact = json.load(f)
+        llc, forced = exact.get("last_level_cache_bytes"), exact.get("prefetch_override")
     report = {
-        "machine": {"cores": cores, "cpu": cpu, "last_level_cache_bytes": llc},
+        "machine": {"cores": cores, "cpu": cpu, "last_level_cache_bytes": llc,
+                    "prefetch_override": forced},
         "data": {"rows": a.rows, "dim": a.dim, "partitions": a.partitions, "nprobes": a.nprobes,
                  "k": a.k, "queries": a.queries},
         "faiss": faiss.__version__,
@@ -225,7 +233,9 @@ def main():
 
     print(f"{a.rows:,} x {a.dim}, ivf_flat {a.partitions} partitions, nprobes {a.nprobes}, "
           f"k {a.k}; {cores} cores ({cpu}); last-level cache "
-          f"{'unknown' if llc is None else f'{llc >> 20} MiB'}; FAISS {faiss.__version__}; "
+          f"{'unknown' if llc is None else f'{llc >> 20} MiB'}"
+          f"{'' if forced is None else ', SHOAL_PREFETCH=' + ('on' if forced else 'off')}; "
+          f"FAISS {faiss.__version__}; "
           f"median of {a.passes} passes")
     head = "| threads | FMA peak GFLOP/s | read GB/s |"
     rule = "|---:|---:|---:|"

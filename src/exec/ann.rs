@@ -275,7 +275,8 @@ impl KernelQueries {
 /// [`KernelQueries`] gives them: rows (row-major `qrows`), norms and, for
 /// SQ, offsets. (PQ and RaBitQ partitions go through [`scan_code_partition`].)
 /// `streamed`: the segment's vectors come from memory, not cache
-/// ([`streams_from_memory`]), so float32 tiles prefetch ahead.
+/// ([`streams_from_memory`](crate::kernel::streams_from_memory)), so
+/// float32 tiles prefetch ahead.
 #[allow(clippy::too_many_arguments)]
 pub fn score_partition(
     p: u32,

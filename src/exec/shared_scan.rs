@@ -77,8 +77,9 @@ const QUERY_GROUP: usize = 16;
 /// (query, row) scores below which a segment is scanned on one thread.
 const MIN_PARALLEL_WORK: usize = 4_096;
 
-/// Code rows a PQ block must scan before its queries' partitions are split
-/// over the threads. A code row costs a few table lookups, far less than a
+/// Code rows a PQ (or one-bit RaBitQ) block must scan before its queries'
+/// partitions are split over the threads. A code row costs a few table
+/// lookups, far less than a
 /// float row, and each share's heap starts empty, so its screen rules out
 /// fewer rows than one walk's would: measured on 2 cores (1M × 128, m 16,
 /// one query), splitting cost 30% at 16,000 rows, broke even at 64,000 and

@@ -156,12 +156,20 @@ pub fn dot_blocks_streamed(
 
 /// Whether `bytes` of vectors, scanned, come from memory rather than the
 /// last-level cache: they exceed its size (Linux reports it in sysfs;
-/// elsewhere, or unreadable, no). `SHOAL_PREFETCH=on` or `off` overrides
-/// the answer, for hosts where the cache size misleads (a VM reporting
-/// its host's, say).
+/// elsewhere, or unreadable, no). A rule of thumb: it judges one segment
+/// against one CPU's whole last-level cache, not what else shares that
+/// cache or which partitions a batch finds there. `SHOAL_PREFETCH=on` or
+/// `off` overrides the answer ([`prefetch_override`]), for hosts where
+/// the cache size misleads (a VM reporting its host's, say).
 pub fn streams_from_memory(bytes: u64) -> bool {
+    prefetch_override().unwrap_or_else(|| last_level_cache_bytes().is_some_and(|llc| bytes > llc))
+}
+
+/// `SHOAL_PREFETCH` read once: `Some(true)` for `on`, `Some(false)` for
+/// `off`, `None` when unset (or not one of those, which is logged).
+pub fn prefetch_override() -> Option<bool> {
     static FORCED: OnceLock<Option<bool>> = OnceLock::new();
-    let forced = FORCED.get_or_init(|| match std::env::var("SHOAL_PREFETCH").ok().as_deref() {
+    *FORCED.get_or_init(|| match std::env::var("SHOAL_PREFETCH").ok().as_deref() {
         Some("on") => Some(true),
         Some("off") => Some(false),
         None => None,
@@ -169,8 +177,7 @@ pub fn streams_from_memory(bytes: u64) -> bool {
             tracing::warn!("SHOAL_PREFETCH={other:?} is neither on nor off; going by cache size");
             None
         }
-    });
-    forced.unwrap_or_else(|| last_level_cache_bytes().is_some_and(|llc| bytes > llc))
+    })
 }
 
 /// The largest data cache of CPU 0 (its last level), from

@@ -239,8 +239,8 @@ unsafe fn walk_tiles<L>(
 /// as they score this one, for blocks streamed from memory: with a few
 /// queries per row a tile asks for lines faster than the hardware
 /// prefetcher alone brings them (shared scans of batch 64 and 256 on a
-/// 488 MiB segment: +7–12% on one thread), but where the blocks sit in
-/// cache the extra instructions cost 4–8% (docs/PERFORMANCE.md,
+/// 488 MiB segment: +7–13% on one and two threads), but where they sit in
+/// cache the extra instructions cost 5–8% (docs/PERFORMANCE.md,
 /// 2026-12-07). One-query tiles never prefetch.
 ///
 /// # Safety

@@ -7,7 +7,9 @@ use super::read_bandwidth::measure_read_bandwidth_gbs;
 use super::temp_dataset;
 use serde::Serialize;
 use shoal::demo::clustered_vectors;
-use shoal::kernel::{dot_blocks, last_level_cache_bytes, Kernel, VectorBlocks, BLOCK};
+use shoal::kernel::{
+    dot_blocks, last_level_cache_bytes, prefetch_override, Kernel, VectorBlocks, BLOCK,
+};
 use shoal::{BatchQuery, Config, Metric, Query, Result};
 use std::time::{Duration, Instant};
 
@@ -88,6 +90,8 @@ pub struct ExactBenchReport {
     /// The last-level cache as shoal sees it (`ivf_flat` segments larger
     /// than it are scanned with prefetch); `None` where unknown.
     pub last_level_cache_bytes: Option<u64>,
+    /// `SHOAL_PREFETCH`, when it overrides that rule (`Some(true)`: on).
+    pub prefetch_override: Option<bool>,
     /// Scan threads.
     pub threads: usize,
     /// Kernel rows.
@@ -246,6 +250,7 @@ pub fn run_exact(opts: &ExactBenchOptions, config: &Config) -> Result<ExactBench
         read_1t_gbs: read_1t,
         read_all_gbs: read_all,
         last_level_cache_bytes: last_level_cache_bytes(),
+        prefetch_override: prefetch_override(),
         threads,
         kernel_rows,
         search_rows,
@@ -267,13 +272,16 @@ fn print_report(r: &ExactBenchReport) {
         "memory read bandwidth: {:.1} GB/s on 1 thread, {:.1} GB/s on {} threads",
         r.read_1t_gbs, r.read_all_gbs, r.threads
     );
-    match r.last_level_cache_bytes {
-        Some(bytes) => println!(
-            "last-level cache: {} MiB (ivf_flat segments larger than it prefetch; SHOAL_PREFETCH overrides)",
-            bytes >> 20
-        ),
-        None => println!("last-level cache: unknown (no prefetch unless SHOAL_PREFETCH=on)"),
-    }
+    let cache = match r.last_level_cache_bytes {
+        Some(bytes) => format!("{} MiB", bytes >> 20),
+        None => "unknown".to_string(),
+    };
+    let rule = match r.prefetch_override {
+        Some(true) => "prefetch forced on by SHOAL_PREFETCH",
+        Some(false) => "prefetch forced off by SHOAL_PREFETCH",
+        None => "ivf_flat segments larger than it prefetch",
+    };
+    println!("last-level cache: {cache} ({rule})");
     println!("\n| vectors | queries per call | threads | kernel GFLOP/s | of FMA peak |");
     println!("|---|---:|---:|---:|---:|");
     for k in &r.kernel_rows {
