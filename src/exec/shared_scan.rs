@@ -79,11 +79,10 @@ const MIN_PARALLEL_WORK: usize = 4_096;
 
 /// Code rows a PQ (or one-bit RaBitQ) block must scan before its queries'
 /// partitions are split over the threads. A code row costs a few table
-/// lookups, far less than a
-/// float row, and each share's heap starts empty, so its screen rules out
-/// fewer rows than one walk's would: measured on 2 cores (1M × 128, m 16,
-/// one query), splitting cost 30% at 16,000 rows, broke even at 64,000 and
-/// gained 14% at 256,000.
+/// lookups, far less than a float row, and each share's heap starts
+/// empty, so its screen rules out fewer rows than one walk's would:
+/// measured on 2 cores (1M × 128, m 16, one query), splitting cost 30% at
+/// 16,000 rows, broke even at 64,000 and gained 14% at 256,000.
 const PQ_MIN_SPLIT_ROWS: usize = 131_072;
 
 /// Partition loads of one scan, counted across threads.
