@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Starts N `shoal serve` replicas over one data URL and nginx in front of
-# them (deploy/nginx.conf), all on 127.0.0.1; Ctrl-C stops everything.
+# them (deploy/nginx.conf), all on 127.0.0.1, and keeps them running: a
+# replica (or nginx) that exits is restarted with backoff (1 s, doubling to
+# 30 s; back to 1 s after a minute up), and the restart is logged. Only
+# Ctrl-C or SIGTERM stops everything.
 #
 #   scripts/replicas.sh s3://bucket/prefix 3        # nginx on :8080, replicas on :8081..
 #
 # Credentials and endpoint come from the environment (AWS_ACCESS_KEY_ID,
 # AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP) or a
 # config file given as SHOAL_CONFIG. SHOAL_BIN picks the binary (default:
-# target/release/shoal). See docs/replicas.md.
+# target/release/shoal), SHOAL_FRONT_PORT nginx's port (8080),
+# SHOAL_RUN_DIR where logs and pid files go (a new temporary directory):
+# replica-<i>.log and replica-<i>.pid (its running process), balancer.log
+# and balancer.pid (nginx), supervisor.log (the restarts).
+# See docs/replicas.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,24 +26,49 @@ front_port="${SHOAL_FRONT_PORT:-8080}"
 [ -x "$bin" ] || { echo "no $bin: run cargo build --release first (or set SHOAL_BIN)" >&2; exit 1; }
 command -v nginx >/dev/null || { echo "nginx is not installed (apt-get install nginx-light)" >&2; exit 1; }
 
-work="$(mktemp -d)"
-pids=()
+run="${SHOAL_RUN_DIR:-$(mktemp -d)}"
+mkdir -p "$run"
+supervisors=()
 stop() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  trap - EXIT INT TERM
+  touch "$run/stopping"
+  for pid in "${supervisors[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for f in "$run"/*.pid; do [ -e "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$work"
+  rm -f "$run"/*.pid "$run/stopping"
 }
-trap stop EXIT INT TERM
+trap stop EXIT
+trap 'stop; exit 0' INT TERM
+
+log() { echo "$(date '+%F %T') $*" | tee -a "$run/supervisor.log" >&2; }
+
+# supervise NAME COMMAND...: runs COMMAND (output to NAME.log, pid in
+# NAME.pid) and starts it again whenever it exits, until stop().
+supervise() {
+  local name="$1" backoff=1 started rc
+  shift
+  while [ ! -e "$run/stopping" ]; do
+    started=$(date +%s)
+    "$@" >>"$run/$name.log" 2>&1 &
+    echo $! >"$run/$name.pid"
+    rc=0
+    wait $! || rc=$?
+    [ -e "$run/stopping" ] && return 0
+    if [ $(( $(date +%s) - started )) -ge 60 ]; then backoff=1; fi
+    log "$name exited with status $rc; restarting it in ${backoff}s"
+    sleep "$backoff"
+    backoff=$(( backoff * 2 > 30 ? 30 : backoff * 2 ))
+  done
+}
 
 config_args=()
 [ -n "${SHOAL_CONFIG:-}" ] && config_args=(--config "$SHOAL_CONFIG")
 servers=""
 for i in $(seq 0 $((replicas - 1))); do
   port=$((first_port + i))
-  "$bin" "${config_args[@]}" serve --data "$data" --listen "127.0.0.1:$port" \
-    >"$work/replica-$i.log" 2>&1 &
-  pids+=($!)
-  servers="$servers        server 127.0.0.1:$port max_fails=1 fail_timeout=5s;\n"
+  supervise "replica-$i" "$bin" "${config_args[@]}" serve --data "$data" --listen "127.0.0.1:$port" &
+  supervisors+=($!)
+  servers="$servers        server 127.0.0.1:$port max_fails=1 fail_timeout=2s;\n"
 done
 for i in $(seq 0 $((replicas - 1))); do
   port=$((first_port + i))
@@ -45,23 +77,28 @@ for i in $(seq 0 $((replicas - 1))); do
     sleep 0.5
   done
   curl -sf "http://127.0.0.1:$port/healthz" >/dev/null \
-    || { echo "replica $i did not start:" >&2; cat "$work/replica-$i.log" >&2; exit 1; }
+    || { echo "replica $i did not start:" >&2; cat "$run/replica-$i.log" >&2; exit 1; }
 done
 
 # deploy/nginx.conf with this run's replicas and front port.
-python3 - "$work" "$servers" "$front_port" <<'PY'
+python3 - "$run" "$servers" "$front_port" <<'PY'
 import re, sys
-work, servers, port = sys.argv[1], sys.argv[2].replace("\\n", "\n"), sys.argv[3]
+run, servers, port = sys.argv[1], sys.argv[2].replace("\\n", "\n"), sys.argv[3]
 conf = open("deploy/nginx.conf").read()
 conf = re.sub(r"(        server 127\.0\.0\.1:\d+ [^\n]*\n)+", servers, conf)
 conf = conf.replace("listen 127.0.0.1:8080;", f"listen 127.0.0.1:{port};")
-open(f"{work}/nginx.conf", "w").write(conf)
+open(f"{run}/nginx.conf", "w").write(conf)
 PY
-nginx -c "$work/nginx.conf" -p "$work/" &
-pids+=($!)
+supervise balancer nginx -c "$run/nginx.conf" -p "$run/" &
+supervisors+=($!)
 for _ in $(seq 1 50); do
   curl -sf "http://127.0.0.1:$front_port/healthz" >/dev/null && break
   sleep 0.2
 done
-echo "shoal: $replicas replicas of $data behind http://127.0.0.1:$front_port (logs in $work)"
-wait -n "${pids[@]}"
+log "shoal: $replicas replicas of $data behind http://127.0.0.1:$front_port (logs and pids in $run)"
+# Until Ctrl-C or SIGTERM (the trap ends the script); the supervisors
+# never return on their own.
+while :; do
+  wait || true
+  sleep 1
+done

@@ -65,7 +65,8 @@ pub struct Profile {
     /// Time materialising ids and projected columns.
     pub materialise_ms: f64,
     /// Shares of work (threads) the partition-major scan phases ran,
-    /// summed over segments (IVF_FLAT and IVF_SQ shared scans).
+    /// summed over segments (IVF_FLAT and IVF_SQ shared scans, and the
+    /// lone-query split of PQ and one-bit RaBitQ partitions).
     pub scan_shares: u64,
     /// Wall time of those phases, ms.
     pub scan_parallel_ms: f64,

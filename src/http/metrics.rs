@@ -24,7 +24,7 @@ struct Snapshot(EngineStats);
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
-        let counters: [(&str, &str, u64); 10] = [
+        let counters: [(&str, &str, u64); 11] = [
             ("requests", "Coalesced searches submitted", s.requests),
             (
                 "batches",
@@ -57,6 +57,11 @@ impl Collector for Snapshot {
                 s.deadline_exceeded,
             ),
             ("cancelled", "Searches whose caller went away", s.cancelled),
+            (
+                "write_conflicts",
+                "Writes redone because another process committed first",
+                s.write_conflicts,
+            ),
             ("cache_hits", "Partition-cache hits", s.cache_hits),
             ("cache_misses", "Partition-cache misses", s.cache_misses),
         ];

@@ -426,6 +426,7 @@ async fn stats(State(engine): State<Engine>) -> Json<Value> {
         "rejected_overloaded": s.rejected_overloaded,
         "deadline_exceeded": s.deadline_exceeded,
         "cancelled": s.cancelled,
+        "write_conflicts": s.write_conflicts,
         "pending": s.pending,
         "cache_hit_ratio": s.cache_hit_ratio(),
         "batched_requests": s.batch_size.sum,

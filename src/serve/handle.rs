@@ -398,6 +398,7 @@ impl DatasetHandle {
                     Ok(out) => break (out, dataset),
                     Err(Error::CommitConflict { .. }) if tries + 1 < WRITE_TRIES => {
                         tries += 1;
+                        Stats::add(&inner.engine.stats.write_conflicts, 1);
                         // Back off a little (jittered), then start again
                         // from the newest version.
                         let pause = 2u64 << tries.min(6);

@@ -92,6 +92,7 @@ pub(crate) struct Stats {
     pub rejected_overloaded: AtomicU64,
     pub deadline_exceeded: AtomicU64,
     pub cancelled: AtomicU64,
+    pub write_conflicts: AtomicU64,
     /// Searches waiting in the coalescer (a gauge the actor sets).
     pub pending: AtomicU64,
     pub batch_size: Histogram,
@@ -111,6 +112,7 @@ impl Stats {
             rejected_overloaded: AtomicU64::new(0),
             deadline_exceeded: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
+            write_conflicts: AtomicU64::new(0),
             pending: AtomicU64::new(0),
             batch_size: Histogram::new(BATCH_SIZE_BOUNDS),
             batch_filters: Histogram::new(FILTER_COUNT_BOUNDS),
@@ -134,6 +136,7 @@ impl Stats {
             rejected_overloaded: get(&self.rejected_overloaded),
             deadline_exceeded: get(&self.deadline_exceeded),
             cancelled: get(&self.cancelled),
+            write_conflicts: get(&self.write_conflicts),
             batch_size: self.batch_size.snapshot(),
             batch_filters: self.batch_filters.snapshot(),
             queue_wait_us: self.queue_wait_us.snapshot(),
@@ -166,6 +169,9 @@ pub struct EngineStats {
     pub deadline_exceeded: u64,
     /// Searches whose caller went away before the answer.
     pub cancelled: u64,
+    /// Writes redone because another process committed first (each redo
+    /// counts once; a write that ran out of tries answered `CommitConflict`).
+    pub write_conflicts: u64,
     /// Queries per scanned batch.
     pub batch_size: HistogramSnapshot,
     /// Scanned batches by the number of distinct filters their queries

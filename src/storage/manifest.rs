@@ -24,9 +24,10 @@ use std::path::{Path, PathBuf};
 pub const VERSIONS_DIR: &str = "_versions";
 const SUFFIX: &str = ".manifest";
 /// The on-disk format this build writes. Format 2 added checksums: the
-/// manifest's own CRC-32 and one per fragment and deletion file. Format 1
-/// manifests are still read (without those checks).
-pub const FORMAT_VERSION: u32 = 2;
+/// manifest's own CRC-32 and one per fragment and deletion file; format 3
+/// the commit's nonce ([`Manifest::commit_nonce`]). Manifests of formats 1
+/// and 2 are still read (format 1 without those checks).
+pub const FORMAT_VERSION: u32 = 3;
 
 /// One data fragment: an Arrow IPC file of rows, plus its deletions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -75,6 +76,13 @@ pub struct Manifest {
     /// Index segments of this version.
     #[serde(default)]
     pub indices: Vec<crate::storage::index_meta::IndexSegmentMeta>,
+    /// A random token of the commit that published this manifest (format
+    /// 3 on). A writer whose conditional put is answered "exists" reads the
+    /// manifest back: its own nonce there means the put succeeded and only
+    /// its answer was lost (then retried by the client and refused), so the
+    /// commit is reported as done instead of as a conflict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_nonce: Option<String>,
     /// CRC-32 of this manifest's compact JSON form without this field
     /// (recomputed on read); required from format 2 on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,6 +108,7 @@ impl Manifest {
         next.version += 1;
         next.timestamp_ms = now_ms();
         next.operation = operation.into();
+        next.commit_nonce = None;
         next.crc32 = None;
         next
     }
@@ -292,12 +301,13 @@ fn check_names_and_counts(manifest: &Manifest) -> std::result::Result<(), String
 }
 
 /// Publishes `manifest` as its version, in this build's format with its
-/// checksum. Fails with `CommitConflict` when that version already exists,
-/// or when a newer one does (the writer started from an old version);
-/// never overwrites.
+/// checksum and a fresh commit nonce. Fails with `CommitConflict` when that
+/// version already exists, or when a newer one does (the writer started
+/// from an old version); never overwrites.
 pub fn commit_manifest(root: &DatasetRoot, manifest: &Manifest) -> Result<()> {
     let mut manifest = manifest.clone();
     manifest.format = FORMAT_VERSION;
+    manifest.commit_nonce = Some(format!("{:016x}", rand::random::<u64>()));
     manifest.crc32 = Some(manifest_crc32(&manifest)?);
     let manifest = &manifest;
     if let Some(remote) = root.remote_side() {
@@ -375,15 +385,27 @@ fn commit_remote(
     }
     let json = serde_json::to_vec_pretty(manifest)
         .map_err(|e| Error::Internal(format!("manifest serialisation: {e}")))?;
-    let created = remote.put_if_absent(&manifest_rel(manifest.version), json)?;
+    let put = remote.put_if_absent(&manifest_rel(manifest.version), json);
     remote.forget_versions();
-    if created {
-        Ok(())
-    } else {
-        Err(Error::CommitConflict {
+    match put {
+        Ok(true) => Ok(()),
+        // "Exists", or no answer at all: the store may have taken the put
+        // and lost its answer (a client that retries it is then refused).
+        // The manifest under that name tells whose commit it is.
+        Ok(false) | Err(_) if committed_by(root, manifest) => Ok(()),
+        Ok(false) => Err(Error::CommitConflict {
             version: manifest.version,
-        })
+        }),
+        Err(e) => Err(e),
     }
+}
+
+/// Is `manifest`'s version published with `manifest`'s own nonce? (No when
+/// it cannot be read: the caller then reports what its put answered.)
+fn committed_by(root: &DatasetRoot, manifest: &Manifest) -> bool {
+    manifest.commit_nonce.is_some()
+        && read_manifest(root, manifest.version)
+            .is_ok_and(|published| published.commit_nonce == manifest.commit_nonce)
 }
 
 /// Writes `bytes` to a new file and fsyncs it.

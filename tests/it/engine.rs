@@ -519,7 +519,9 @@ async fn callers_that_leave_at_random_points_release_everything_and_the_engine_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_every_search_in_flight_and_refuses_new_ones() {
     let (dir, rows) = shared_dir();
-    let engine = Engine::start(config(1_000, 8, true), dir.path()).unwrap();
+    // The longest window (10 s) and no idle flush: the searches wait in
+    // the coalescer until shutdown, which must scan them all.
+    let engine = Engine::start(config(10_000_000, 1_000, false), dir.path()).unwrap();
     let ds = engine.dataset("ds").await.unwrap();
     let tasks: Vec<_> = (0..100)
         .map(|i| {
@@ -528,21 +530,19 @@ async fn shutdown_answers_every_search_in_flight_and_refuses_new_ones() {
             tokio::spawn(async move { (q.clone(), ds.search(&q).await) })
         })
         .collect();
-    tokio::task::yield_now().await;
+    let started = std::time::Instant::now();
+    while engine.stats().pending < 100 {
+        assert!(started.elapsed() < Duration::from_secs(5), "not queued");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(engine.stats().batches, 0, "all still queued");
     engine.shutdown().await;
-    let mut answered = 0;
+    assert_eq!(tasks.len(), 100);
     for task in tasks {
         let (q, response) = task.await.unwrap();
-        match response {
-            Ok(r) => {
-                answered += 1;
-                assert_eq!(bits(&r.hits), alone(&ds, &q, r.version));
-            }
-            Err(Error::ShuttingDown) => {}
-            Err(e) => panic!("unexpected error {e}"),
-        }
+        let r = response.expect("a search queued before shutdown is answered");
+        assert_eq!(bits(&r.hits), alone(&ds, &q, r.version));
     }
-    assert!(answered <= 100);
     assert!(matches!(
         ds.search(&query(rows, 0, 3)).await,
         Err(Error::ShuttingDown)
@@ -561,10 +561,13 @@ async fn explicit_batches_run_at_once_and_match_the_dataset() {
     let engine = Engine::start(config(10_000_000, 64, false), dir.path()).unwrap();
     let ds = engine.dataset("ds").await.unwrap();
     let vectors: Vec<Vec<f32>> = rows.iter().step_by(29).map(|r| r.vector.clone()).collect();
+    let queries = vectors.len();
     let batch = shoal::BatchQuery::new(vectors, 7).filter("len < 20");
     let (results, profile) = ds.explain(&batch).await.unwrap();
     assert_eq!(profile.mode, shoal::SearchMode::Shared);
     let direct = ds.latest().search_batch(&batch).unwrap();
+    assert_eq!(results.hits.len(), queries, "one answer per query");
+    assert_eq!(direct.hits.len(), queries);
     for (a, b) in results.hits.iter().zip(&direct.hits) {
         assert_eq!(bits(a), bits(b));
     }

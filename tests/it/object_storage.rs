@@ -253,8 +253,13 @@ fn concurrent_appends(backend: &Backend, data_url: &str) {
             a.dataset("ds").await.unwrap(),
             b.dataset("ds").await.unwrap(),
         );
+        // Both writers start at once, from the same version: their first
+        // commits race for one version number.
+        let start = Arc::new(tokio::sync::Barrier::new(2));
         let writer = |handle: shoal::DatasetHandle, seed: u64| {
+            let start = start.clone();
             tokio::spawn(async move {
+                start.wait().await;
                 let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
                 let (mut committed, mut conflicts) = (0u64, 0u64);
                 let mut ids = Vec::new();
@@ -285,13 +290,18 @@ fn concurrent_appends(backend: &Backend, data_url: &str) {
             .open(format!("{data_url}/ds"))
             .unwrap();
         assert_eq!(fresh.count_rows(), ra.0 + rb.0, "rows = committed appends");
+        let redone = a.stats().write_conflicts + b.stats().write_conflicts;
         eprintln!(
-            "{data_url}: appends committed {} + {}, conflicts answered {} + {}, version {}",
+            "{data_url}: appends committed {} + {}, conflicts answered {} + {}, writes redone after a conflict {redone}, version {}",
             ra.0 / 4,
             rb.0 / 4,
             ra.1,
             rb.1,
             fresh.version()
+        );
+        assert!(
+            redone + ra.1 + rb.1 > 0,
+            "the writers never conflicted: nothing here tested a race"
         );
         // The rows there are exactly those of the committed appends, each
         // once.
@@ -310,8 +320,13 @@ fn concurrent_appends(backend: &Backend, data_url: &str) {
 
 #[test]
 fn two_engines_appending_at_once_on_one_store_lose_no_commit() {
+    // A little latency per request, as a real store has, widens the
+    // window in which two commits race.
     concurrent_appends(
-        &Backend::Memory(Arc::new(InMemory::new())),
+        &Backend::Memory(Arc::new(SlowCountingStore::new(
+            Duration::from_millis(1),
+            LostAnswer::ConnectionError,
+        ))),
         "memory:///replicas",
     );
 }
@@ -320,7 +335,11 @@ fn two_engines_appending_at_once_on_one_store_lose_no_commit() {
 fn a_thousand_small_appends_on_a_store_compact_and_clean_up_with_identical_answers() {
     let caches = tempfile::tempdir().unwrap();
     let url = "memory:///many/ds";
-    let backend = Backend::Memory(Arc::new(InMemory::new()));
+    let store = Arc::new(SlowCountingStore::new(
+        Duration::ZERO,
+        LostAnswer::ConnectionError,
+    ));
+    let backend = Backend::Memory(store.clone());
     let session = backend.session(caches.path(), url);
     let mut ds = session.create(url, schema(DIM, Metric::L2)).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
@@ -341,29 +360,39 @@ fn a_thousand_small_appends_on_a_store_compact_and_clean_up_with_identical_answe
     let after: Vec<Seen> = searches.iter().map(|b| seen(&ds, b)).collect();
     assert_eq!(after, before, "answers bit-identical after compaction");
 
-    // Cleanup runs while the pinned old version keeps searching.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Cleanup runs while the pinned old version keeps searching: the store
+    // holds cleanup's first removal of a data file (its manifests are gone
+    // by then) until the searcher has searched three rounds.
+    store.deletes.held.store(true, Ordering::SeqCst);
     let searcher = {
-        let (pinned, searches, stop) = (pinned.clone(), searches.clone(), stop.clone());
+        let (pinned, searches, store) = (pinned.clone(), searches.clone(), store.clone());
+        let pinned_before = pinned_before.clone();
         std::thread::spawn(move || {
-            let mut rounds = 0;
-            while !stop.load(Ordering::SeqCst) || rounds == 0 {
+            let started = std::time::Instant::now();
+            while store.deletes.waiting.load(Ordering::SeqCst) == 0 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "no data file removed"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            for _ in 0..3 {
                 for (b, expected) in searches.iter().zip(&pinned_before) {
                     assert_eq!(&seen(&pinned, b), expected, "pinned version during cleanup");
                 }
-                rounds += 1;
             }
-            rounds
+            store.deletes.held.store(false, Ordering::SeqCst);
         })
     };
     let report = ds.cleanup(1, Duration::ZERO).unwrap();
-    stop.store(true, Ordering::SeqCst);
-    assert!(searcher.join().unwrap() > 0);
+    searcher.join().unwrap();
     assert!(report.versions_removed.len() > 900, "{report:?}");
     assert!(
         !report.versions_removed.contains(&500),
         "the pinned version is kept"
     );
+    // Read cold: a replica with an empty disk cache reads the kept versions
+    // from the files cleanup left in the store, which are all there.
     let fresh = backend
         .session(&caches.path().join("fresh"), url)
         .open(url)
@@ -380,15 +409,87 @@ fn a_thousand_small_appends_on_a_store_compact_and_clean_up_with_identical_answe
         again, before,
         "a replica reads the cleaned-up dataset alike"
     );
+    let old = fresh.checkout(500).unwrap();
+    let old_again: Vec<Seen> = searches.iter().map(|b| seen(&old, b)).collect();
+    assert_eq!(old_again, pinned_before, "the pinned version, read cold");
+    for kept in [&old, &fresh] {
+        for file in kept.manifest().files() {
+            assert!(
+                stored(&backend.raw(""), &format!("many/ds/{file}")),
+                "version {} names {file}, which is gone from the store",
+                kept.version()
+            );
+        }
+    }
 }
 
-/// A store that sleeps before every request and counts GETs: what the
-/// disk cache saves, seen from the store's side.
+/// Is there an object at `path`, or under it (an index segment's folder)?
+fn stored(store: &Arc<dyn ObjectStore>, path: &str) -> bool {
+    let (store, path) = (store.clone(), ObjectPath::from(path));
+    run_async(async move {
+        use futures_util::StreamExt;
+        store.head(&path).await.is_ok() || store.list(Some(&path)).next().await.is_some()
+    })
+}
+
+/// A store that sleeps before every request and counts GETs (what the
+/// disk cache saves, seen from the store's side), and can lose the answer
+/// of conditional puts it took (a manifest's commit).
 #[derive(Debug)]
 struct SlowCountingStore {
     inner: InMemory,
     gets: AtomicU64,
     latency: Duration,
+    /// How many of the next successful conditional puts lose their answer.
+    lose_answers: AtomicU64,
+    /// What the writer hears instead of a lost answer.
+    lost_as: LostAnswer,
+    /// Holds deletes of data files while asked to.
+    deletes: Arc<DeleteGate>,
+}
+
+/// Holds each delete of a data file (`…/data/…`) while `held` is set,
+/// counting the deletes that wait: a test can act while a cleanup is
+/// certainly in the middle of removing files.
+#[derive(Debug, Default)]
+struct DeleteGate {
+    held: std::sync::atomic::AtomicBool,
+    waiting: AtomicU64,
+}
+
+impl DeleteGate {
+    async fn pass(&self, path: &ObjectPath) {
+        if path.as_ref().contains("/data/") && self.held.load(Ordering::SeqCst) {
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            while self.held.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+}
+
+/// What a writer hears when the store took its conditional put and the
+/// answer was lost on the way back.
+#[derive(Clone, Copy, Debug)]
+enum LostAnswer {
+    /// The client sent the put again, and the store refused it: the
+    /// object exists (S3's 412 to `If-None-Match: *`).
+    RetriedAndRefused,
+    /// The client gave up: a connection error.
+    ConnectionError,
+}
+
+impl SlowCountingStore {
+    fn new(latency: Duration, lost_as: LostAnswer) -> SlowCountingStore {
+        SlowCountingStore {
+            inner: InMemory::new(),
+            gets: AtomicU64::new(0),
+            latency,
+            lose_answers: AtomicU64::new(0),
+            lost_as,
+            deletes: Arc::default(),
+        }
+    }
 }
 
 impl std::fmt::Display for SlowCountingStore {
@@ -406,7 +507,26 @@ impl ObjectStore for SlowCountingStore {
         opts: shoal::object_store::PutOptions,
     ) -> shoal::object_store::Result<shoal::object_store::PutResult> {
         tokio::time::sleep(self.latency).await;
-        self.inner.put_opts(location, payload, opts).await
+        let conditional = matches!(opts.mode, shoal::object_store::PutMode::Create);
+        let put = self
+            .inner
+            .put_opts(location, payload.clone(), opts.clone())
+            .await?;
+        let lose = conditional
+            && self
+                .lose_answers
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if !lose {
+            return Ok(put);
+        }
+        match self.lost_as {
+            LostAnswer::RetriedAndRefused => self.inner.put_opts(location, payload, opts).await,
+            LostAnswer::ConnectionError => Err(shoal::object_store::Error::Generic {
+                store: "test",
+                source: "connection reset before the answer".into(),
+            }),
+        }
     }
 
     async fn put_multipart_opts(
@@ -444,7 +564,18 @@ impl ObjectStore for SlowCountingStore {
             shoal::object_store::Result<ObjectPath>,
         >,
     ) -> futures_util::stream::BoxStream<'static, shoal::object_store::Result<ObjectPath>> {
-        self.inner.delete_stream(locations)
+        use futures_util::StreamExt;
+        let gate = self.deletes.clone();
+        let gated = locations.then(move |location| {
+            let gate = gate.clone();
+            async move {
+                if let Ok(path) = &location {
+                    gate.pass(path).await;
+                }
+                location
+            }
+        });
+        self.inner.delete_stream(gated.boxed())
     }
 
     fn list(
@@ -479,11 +610,10 @@ impl ObjectStore for SlowCountingStore {
 fn the_second_search_over_the_same_partitions_issues_no_get() {
     let caches = tempfile::tempdir().unwrap();
     let url = "memory:///slow/ds";
-    let store = Arc::new(SlowCountingStore {
-        inner: InMemory::new(),
-        gets: AtomicU64::new(0),
-        latency: Duration::from_millis(5),
-    });
+    let store = Arc::new(SlowCountingStore::new(
+        Duration::from_millis(5),
+        LostAnswer::ConnectionError,
+    ));
     let writer = Backend::Memory(store.clone()).session(&caches.path().join("w"), url);
     let mut ds = writer.create(url, schema(DIM, Metric::L2)).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
@@ -536,6 +666,59 @@ fn the_second_search_over_the_same_partitions_issues_no_get() {
         names.iter().any(|n| n == "partitions.bin.ranges"),
         "{names:?}"
     );
+}
+
+/// A conditional put the store took but whose answer was lost (retried and
+/// refused, or a connection error) is a commit, not a conflict or an
+/// outage: the writer finds its own nonce in the manifest. Reported as a
+/// conflict, the engine would redo the append and store its rows twice.
+#[test]
+fn a_commit_whose_answer_was_lost_is_reported_as_committed_once() {
+    for lost_as in [LostAnswer::RetriedAndRefused, LostAnswer::ConnectionError] {
+        let caches = tempfile::tempdir().unwrap();
+        let url = "memory:///lost";
+        let store = Arc::new(SlowCountingStore::new(Duration::ZERO, lost_as));
+        let backend = Backend::Memory(store.clone());
+        let mut ds = backend
+            .session(&caches.path().join("w"), url)
+            .create(format!("{url}/ds"), schema(DIM, Metric::L2))
+            .unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        store.lose_answers.store(1, Ordering::SeqCst);
+        let commit = ds
+            .append([batch_of(&make_rows(&mut rng, 0, 10, DIM), DIM)])
+            .unwrap_or_else(|e| panic!("{lost_as:?}: the commit took, yet: {e}"));
+        assert_eq!(store.lose_answers.load(Ordering::SeqCst), 0, "lost one");
+        assert_eq!((commit.version, commit.rows), (2, 10), "{lost_as:?}");
+
+        // Through an engine, which redoes a write that conflicted.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let engine_session = backend.session(&caches.path().join("e"), url);
+        let rows = make_rows(&mut rng, 10, 10, DIM);
+        let (commit, stats) = runtime.block_on(async {
+            let engine = Engine::with_session(engine_session, url).unwrap();
+            let handle = engine.dataset("ds").await.unwrap();
+            store.lose_answers.store(1, Ordering::SeqCst);
+            let commit = handle.append(vec![batch_of(&rows, DIM)]).await;
+            let stats = engine.stats();
+            engine.shutdown().await;
+            (commit, stats)
+        });
+        let commit = commit.unwrap_or_else(|e| panic!("{lost_as:?}: engine append: {e}"));
+        assert_eq!(store.lose_answers.load(Ordering::SeqCst), 0, "lost one");
+        assert_eq!((commit.version, commit.rows), (3, 10), "{lost_as:?}");
+        assert_eq!(stats.write_conflicts, 0, "{lost_as:?}: nothing to redo");
+
+        let fresh = backend
+            .session(&caches.path().join("r"), url)
+            .open(format!("{url}/ds"))
+            .unwrap();
+        assert_eq!(fresh.version(), 3, "{lost_as:?}");
+        assert_eq!(fresh.count_rows(), 20, "{lost_as:?}: each row once");
+    }
 }
 
 #[cfg(feature = "cloud")]

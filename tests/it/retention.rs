@@ -25,6 +25,21 @@ fn answers(ds: &Dataset, rows: &[Row]) -> Vec<Vec<(i64, u32)>> {
     .collect()
 }
 
+/// `version` read cold: opened by a fresh session, whose caches are empty,
+/// so that its searches read the files cleanup left (a handle of the
+/// session that searched before cleanup answers from its column cache).
+/// Every file its manifest names must still be there.
+fn cold(dir: &std::path::Path, version: u64) -> Dataset {
+    let ds = Dataset::open(dir).unwrap().checkout(version).unwrap();
+    for file in ds.manifest().files() {
+        assert!(
+            dir.join(&file).exists(),
+            "version {version} names {file}, which is gone"
+        );
+    }
+    ds
+}
+
 #[test]
 fn cleanup_keeps_the_newest_and_held_versions_and_removes_only_their_files() {
     let dir = tempfile::tempdir().unwrap();
@@ -44,6 +59,8 @@ fn cleanup_keeps_the_newest_and_held_versions_and_removes_only_their_files() {
     ds.create_index(None, IndexParams::new(IndexKind::IvfFlat, 4))
         .unwrap();
     let latest_answers = answers(&ds, &rows);
+    let kept_old = ds.version() - 1; // kept by keep_versions = 2
+    let kept_old_answers = answers(&ds.checkout(kept_old).unwrap(), &rows);
     let versions = ds.versions().unwrap().len();
     assert_eq!(versions, ds.version() as usize);
 
@@ -54,17 +71,19 @@ fn cleanup_keeps_the_newest_and_held_versions_and_removes_only_their_files() {
     assert!(report.files_removed > 0 && report.bytes_removed > 0);
     let left: Vec<u64> = ds.versions().unwrap().iter().map(|v| v.version).collect();
     assert_eq!(left, vec![5, ds.version() - 1, ds.version()]);
-    // Kept versions answer as before; their files are all there.
+    // Kept versions answer as before, read cold from their files, which
+    // are all there.
     assert_eq!(answers(&ds, &rows), latest_answers);
     assert_eq!(answers(&held, &rows[..300]), held_answers);
     assert_eq!(
-        answers(&Dataset::open(dir.path()).unwrap(), &rows),
+        answers(&cold(dir.path(), ds.version()), &rows),
         latest_answers
     );
     assert_eq!(
-        answers(&ds.checkout(5).unwrap(), &rows[..300]),
-        held_answers
+        answers(&cold(dir.path(), kept_old), &rows),
+        kept_old_answers
     );
+    assert_eq!(answers(&cold(dir.path(), 5), &rows[..300]), held_answers);
     assert!(matches!(
         ds.checkout(3),
         Err(shoal::Error::VersionNotFound { .. })
@@ -74,7 +93,7 @@ fn cleanup_keeps_the_newest_and_held_versions_and_removes_only_their_files() {
     let report = ds.cleanup(1, Duration::ZERO).unwrap();
     assert_eq!(report.versions_removed, vec![5, ds.version() - 1]);
     assert_eq!(
-        answers(&Dataset::open(dir.path()).unwrap(), &rows),
+        answers(&cold(dir.path(), ds.version()), &rows),
         latest_answers
     );
     // Only the latest version's files remain: one fragment per kept

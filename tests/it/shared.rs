@@ -345,6 +345,17 @@ fn a_lone_query_split_over_threads_answers_bit_for_bit_as_one_thread() {
                 };
                 let what = format!("{kind:?} {metric:?} row {i} {filter:?}");
                 assert_eq!(seen(&four), seen(&one), "{what}");
+                // And the four-thread scan did split (else this compared
+                // one thread with one thread): shares are counted on
+                // every split path.
+                let shares =
+                    |ds: &Dataset| ds.explain(&q.clone().into_batch()).unwrap().1.scan_shares;
+                if let IndexKind::IvfRq { bits: 2.. } = kind {
+                    assert_eq!(shares(&four), 0, "{what}: a walk of its own");
+                } else {
+                    assert!(shares(&four) > 1, "{what}: split into {}", shares(&four));
+                    assert!(shares(&one) <= 1, "{what}");
+                }
                 // Above one bit RaBitQ's screen skips by an error bound,
                 // not an exact one, so a split into heaps of their own
                 // could keep other rows; the walk must be the one-thread

@@ -290,3 +290,47 @@ fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
     std::fs::write(&path, &original).unwrap();
     assert_eq!(Dataset::open(dir.path()).unwrap().count_rows(), 45);
 }
+
+/// A dataset written before format 3 (a format 2 manifest, checksummed,
+/// without a commit nonce) still opens and answers, and its next commit
+/// writes format 3 with a nonce of its own.
+#[test]
+fn a_format_2_manifest_without_a_commit_nonce_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, rows) = build(dir.path(), &[40], 8, Metric::L2, 12);
+    let path = dir
+        .path()
+        .join("_versions")
+        .join(format!("{:020}.manifest", ds.version()));
+    let mut m: shoal::Manifest =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(m.format, 3);
+    assert!(
+        m.commit_nonce.is_some(),
+        "format 3 records the commit's nonce"
+    );
+    // As format 2 wrote it: no nonce, its CRC-32 over the compact JSON
+    // without the crc32 field.
+    m.format = 2;
+    m.commit_nonce = None;
+    m.crc32 = None;
+    m.crc32 = Some(crc32fast::hash(&serde_json::to_vec(&m).unwrap()));
+    std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let mut old = Dataset::open(dir.path()).unwrap();
+    let q = rows[3].vector.clone();
+    assert_eq!(ids(&old, &q, 5), ids(&ds, &q, 5));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+    old.append([batch_of(&make_rows(&mut rng, 40, 5, 8), 8)])
+        .unwrap();
+    let next: shoal::Manifest = serde_json::from_str(
+        &std::fs::read_to_string(
+            dir.path()
+                .join("_versions")
+                .join(format!("{:020}.manifest", old.version())),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!((next.format, next.commit_nonce.is_some()), (3, true));
+    assert_eq!(Dataset::open(dir.path()).unwrap().count_rows(), 45);
+}

@@ -3,6 +3,8 @@
  * by `shoal-c-fixture FIXTURE_DIR` (it prints N and DIM). */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +166,7 @@ static void check_splits_merge(const ShoalDataset *ds, const float *q, size_t n,
   CHECK_OK(shoal_merge_splits(parts, splits->count, base.k, base.offset, &merged));
   for (size_t s = 0; s < splits->count; s++)
     CHECK(parts[s].release == NULL, "%s: part %zu not taken over", what, s);
+  CHECK(merged.release != NULL, "%s: the merge returned OK without a stream", what);
   if (merged.release) {
     Rows m = collect(&merged);
     CHECK(rows_equal(&m, &whole), "%s: merged splits (%zu rows) differ from the whole search (%zu rows)",
@@ -182,21 +185,28 @@ typedef struct {
   size_t n, dim;
   ShoalCancel *cancel;
   ShoalStatus last;
-  int runs;
+  /* Searches that completed before the cancel; set by the searcher. */
+  atomic_int runs;
+  /* Set when the searcher returns. */
+  atomic_int done;
 } Searcher;
 
+/* Searches until one fails; the test cancels once searches are running,
+ * so the cancel lands in a search, not before the first. */
 static void *search_until_cancelled(void *arg) {
   Searcher *s = arg;
   ShoalSearchOptions o = shoal_search_options_default();
   o.cancel = s->cancel;
   o.exact = 1;
-  for (s->runs = 0; s->runs < 100000; s->runs++) {
+  for (int i = 0; i < 100000; i++) {
     struct ArrowArrayStream stream;
     memset(&stream, 0, sizeof stream);
     s->last = shoal_search(s->ds, s->q, s->n, s->dim, &o, &stream, NULL);
     if (s->last != SHOAL_STATUS_OK) break;
     stream.release(&stream);
+    atomic_fetch_add(&s->runs, 1);
   }
+  atomic_store(&s->done, 1);
   return NULL;
 }
 
@@ -388,13 +398,21 @@ int main(int argc, char **argv) {
 
   /* Cancellation from a second thread. */
   {
-    Searcher s = {ds, q, n, dim, shoal_cancel_new(), SHOAL_STATUS_OK, 0};
+    Searcher s = {ds, q, n, dim, shoal_cancel_new(), SHOAL_STATUS_OK, 0, 0};
     pthread_t t;
-    pthread_create(&t, NULL, search_until_cancelled, &s);
-    shoal_cancel_trigger(s.cancel);
-    pthread_join(t, NULL);
-    CHECK(s.last == SHOAL_STATUS_CANCELLED, "cancelled search returned %d (%s)", (int)s.last,
-          shoal_last_error());
+    int made = pthread_create(&t, NULL, search_until_cancelled, &s);
+    CHECK(made == 0, "pthread_create failed: %d", made);
+    if (made == 0) {
+      /* Once two searches have completed, a third is running or about to
+       * start: the cancel stops a search under way. */
+      while (atomic_load(&s.runs) < 2 && !atomic_load(&s.done)) sched_yield();
+      shoal_cancel_trigger(s.cancel);
+      pthread_join(t, NULL);
+      int runs = atomic_load(&s.runs);
+      CHECK(s.last == SHOAL_STATUS_CANCELLED, "cancelled search returned %d (%s)", (int)s.last,
+            shoal_last_error());
+      CHECK(runs >= 2 && runs < 100000, "searches before the cancel: %d", runs);
+    }
     shoal_cancel_free(s.cancel);
   }
 

@@ -153,6 +153,7 @@ impl Dataset {
             next_fragment_id: 0,
             rows_appended: 0,
             indices: Vec::new(),
+            commit_nonce: None,
             crc32: None,
         };
         match commit_manifest(&root, &manifest) {
