@@ -32,31 +32,50 @@ supervisors=()
 stop() {
   trap - EXIT INT TERM
   touch "$run/stopping"
+  # Each supervisor stops its process (SIGTERM: requests in flight are
+  # answered) and waits for it; one still running after 30 s is killed.
   for pid in "${supervisors[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for f in "$run"/*.pid; do [ -e "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
+  for _ in $(seq 1 300); do
+    alive=0
+    for pid in "${supervisors[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${supervisors[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  for f in "$run"/replica-*.pid "$run"/balancer.pid; do
+    [ -e "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
+  done
   wait 2>/dev/null || true
-  rm -f "$run"/*.pid "$run/stopping"
+  rm -f "$run"/replica-*.pid "$run"/balancer.pid "$run/stopping"
 }
 trap stop EXIT
 trap 'stop; exit 0' INT TERM
 
-log() { echo "$(date '+%F %T') $*" | tee -a "$run/supervisor.log" >&2; }
+log() { echo "$(date '+%F %T') $*" | tee -a "$run/supervisor.log" >&2 || true; }
 
 # supervise NAME COMMAND...: runs COMMAND (output to NAME.log, pid in
-# NAME.pid) and starts it again whenever it exits, until stop().
+# NAME.pid while it runs) and starts it again whenever it exits, until
+# stop(), whose SIGTERM it passes on to the process and waits for.
 supervise() {
-  local name="$1" backoff=1 started rc
+  local name="$1" backoff=1 started rc child=""
   shift
+  trap '[ -n "$child" ] && kill "$child" 2>/dev/null; [ -n "$child" ] && wait "$child" 2>/dev/null; exit 0' TERM INT
   while [ ! -e "$run/stopping" ]; do
     started=$(date +%s)
     "$@" >>"$run/$name.log" 2>&1 &
-    echo $! >"$run/$name.pid"
+    child=$!
+    echo "$child" >"$run/$name.pid"
     rc=0
-    wait $! || rc=$?
+    wait "$child" || rc=$?
+    # A signal interrupts `wait` before the process has ended: wait again.
+    while kill -0 "$child" 2>/dev/null; do wait "$child" || rc=$?; done
+    rm -f "$run/$name.pid"
+    child=""
     [ -e "$run/stopping" ] && return 0
     if [ $(( $(date +%s) - started )) -ge 60 ]; then backoff=1; fi
     log "$name exited with status $rc; restarting it in ${backoff}s"
-    sleep "$backoff"
+    sleep "$backoff" &
+    wait $! || true
     backoff=$(( backoff * 2 > 30 ? 30 : backoff * 2 ))
   done
 }

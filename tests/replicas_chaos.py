@@ -49,6 +49,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_port_pair():
+    """A free port whose successor is free too (replicas.sh numbers the
+    replicas' ports from the first)."""
+    for _ in range(100):
+        first = free_port()
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", first))
+                b.bind(("127.0.0.1", first + 1))
+            except OSError:
+                continue
+        return first
+    sys.exit("FAILED: no two consecutive free ports")
+
+
 def http(method, url, body=None, timeout=30):
     """(status, parsed JSON or text); status 0 for a connection error."""
     data = None if body is None else json.dumps(body).encode()
@@ -86,7 +101,7 @@ def main():
     shoal = os.environ.get("SHOAL_BIN", os.path.join(ROOT, "target/debug/shoal"))
     moto = os.environ.get("SHOAL_MOTO_SERVER", "moto_server")
     work = tempfile.mkdtemp(prefix="shoal-chaos-")
-    s3_port, front, first = free_port(), free_port(), free_port()
+    s3_port, front, first = free_port(), free_port(), free_port_pair()
     replica_ports = [first, first + 1]
     env = dict(
         os.environ,
@@ -140,13 +155,22 @@ def main():
         )
         run(base, replica_ports, env)
     finally:
+        # The supervisor leads a process group of its own (the replicas,
+        # nginx): all of it is stopped, then killed if it lingers.
         for child in reversed(children):
             if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+                group = child is not children[0]
                 try:
-                    child.wait(timeout=20)
+                    if group:
+                        os.killpg(child.pid, signal.SIGTERM)
+                    else:
+                        child.terminate()
+                    child.wait(timeout=40)
                 except subprocess.TimeoutExpired:
+                    if group:
+                        os.killpg(child.pid, signal.SIGKILL)
                     child.kill()
+                    child.wait()
         subprocess.run(["rm", "-rf", work])
 
 
@@ -175,7 +199,7 @@ def run(base, replica_ports, env):
             status, body = http(
                 "POST", f"{base}/search", {"vector": vector(s * 1000 + n), "k": 5}
             )
-            if status == 200 and not body.get("hits"):
+            if status == 200 and not (isinstance(body, dict) and body.get("hits")):
                 status = -1  # an empty answer from a dataset of 2,000 rows
             with lock:
                 searches.append((started, time.monotonic(), status))
@@ -190,7 +214,7 @@ def run(base, replica_ports, env):
     # The replica that serves the dataset (nginx hashes its name to one).
     def served(port):
         status, body = http("GET", f"http://127.0.0.1:{port}/v1/stats")
-        return body.get("requests", 0) if status == 200 else -1
+        return body.get("requests", 0) if status == 200 and isinstance(body, dict) else -1
 
     victim = max(range(len(replica_ports)), key=lambda i: served(replica_ports[i]))
     pid_file = os.path.join(env["SHOAL_RUN_DIR"], f"replica-{victim}.pid")

@@ -16,13 +16,13 @@ import shoal
 
 DIM = 16
 ROWS = 3000
-# Recall@10 floors of the index kinds with every partition probed, on
-# make_vectors' data: measured, less a margin (see
-# test_other_index_types_and_stats).
-PQ_REFINED_RECALL = 0.0
-SQ_RECALL = 0.0
-RQ8_RECALL = 0.0
-RQ1_RECALL = 0.0
+# Tie-aware recall@10 floors of the index kinds with every partition
+# probed, on make_vectors' data (test_other_index_types_and_stats; measured
+# 2026-12-07: PQ + refine 0.99, SQ 1.0, RaBitQ 8 bits 1.0, 1 bit 0.60).
+PQ_REFINED_RECALL = 0.95
+SQ_RECALL = 0.97
+RQ8_RECALL = 0.97
+RQ1_RECALL = 0.45
 
 
 def make_vectors(seed, n=ROWS, dim=DIM):
@@ -238,13 +238,13 @@ def recall_and_error(ds, vectors, k, **options):
 def test_other_index_types_and_stats(docs, db):
     ds, vectors, _ = docs
     # Every partition probed: what recall is lost is the codes' loss.
-    ds.create_index("ivf_pq", partitions=8, sub_vectors=4)
+    ds.create_index("ivf_pq", partitions=8, sub_vectors=4, seed=7)
     pq = recall_and_error(ds, vectors, 10, nprobes=8, refine_factor=4)
-    ds.create_index("ivf_sq", partitions=8)
+    ds.create_index("ivf_sq", partitions=8, seed=7)
     sq = recall_and_error(ds, vectors, 10, nprobes=8)
-    ds.create_index("ivf_rq", partitions=8, bits=1)
+    ds.create_index("ivf_rq", partitions=8, bits=1, seed=7)
     rq1 = recall_and_error(ds, vectors, 10, nprobes=8)
-    ds.create_index("ivf_rq", partitions=8, bits=8)
+    ds.create_index("ivf_rq", partitions=8, bits=8, seed=7)
     rq8 = recall_and_error(ds, vectors, 10, nprobes=8)
     print(f"recall@10, mean distance error: pq+refine {pq}, sq {sq}, rq 1 bit {rq1}, rq 8 bits {rq8}")
     assert pq[0] >= PQ_REFINED_RECALL and pq[1] < 1e-3, pq  # refined: exact distances

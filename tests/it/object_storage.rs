@@ -368,6 +368,15 @@ fn a_thousand_small_appends_on_a_store_compact_and_clean_up_with_identical_answe
         let (pinned, searches, store) = (pinned.clone(), searches.clone(), store.clone());
         let pinned_before = pinned_before.clone();
         std::thread::spawn(move || {
+            // Released however this thread ends: a failed assertion must
+            // fail the test, not leave cleanup waiting forever.
+            struct Release(Arc<DeleteGate>);
+            impl Drop for Release {
+                fn drop(&mut self) {
+                    self.0.held.store(false, Ordering::SeqCst);
+                }
+            }
+            let _release = Release(store.deletes.clone());
             let started = std::time::Instant::now();
             while store.deletes.waiting.load(Ordering::SeqCst) == 0 {
                 assert!(
@@ -381,7 +390,6 @@ fn a_thousand_small_appends_on_a_store_compact_and_clean_up_with_identical_answe
                     assert_eq!(&seen(&pinned, b), expected, "pinned version during cleanup");
                 }
             }
-            store.deletes.held.store(false, Ordering::SeqCst);
         })
     };
     let report = ds.cleanup(1, Duration::ZERO).unwrap();

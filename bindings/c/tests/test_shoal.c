@@ -185,14 +185,15 @@ typedef struct {
   size_t n, dim;
   ShoalCancel *cancel;
   ShoalStatus last;
-  /* Searches that completed before the cancel; set by the searcher. */
+  /* Searches completed; set by the searcher. */
   atomic_int runs;
+  /* 1 while a search call is under way. */
+  atomic_int in_search;
   /* Set when the searcher returns. */
   atomic_int done;
 } Searcher;
 
-/* Searches until one fails; the test cancels once searches are running,
- * so the cancel lands in a search, not before the first. */
+/* Searches until one fails (the cancel). */
 static void *search_until_cancelled(void *arg) {
   Searcher *s = arg;
   ShoalSearchOptions o = shoal_search_options_default();
@@ -201,7 +202,9 @@ static void *search_until_cancelled(void *arg) {
   for (int i = 0; i < 100000; i++) {
     struct ArrowArrayStream stream;
     memset(&stream, 0, sizeof stream);
+    atomic_store(&s->in_search, 1);
     s->last = shoal_search(s->ds, s->q, s->n, s->dim, &o, &stream, NULL);
+    atomic_store(&s->in_search, 0);
     if (s->last != SHOAL_STATUS_OK) break;
     stream.release(&stream);
     atomic_fetch_add(&s->runs, 1);
@@ -398,22 +401,32 @@ int main(int argc, char **argv) {
 
   /* Cancellation from a second thread. */
   {
-    Searcher s = {ds, q, n, dim, shoal_cancel_new(), SHOAL_STATUS_OK, 0, 0};
-    pthread_t t;
-    int made = pthread_create(&t, NULL, search_until_cancelled, &s);
-    CHECK(made == 0, "pthread_create failed: %d", made);
-    if (made == 0) {
-      /* Once two searches have completed, a third is running or about to
-       * start: the cancel stops a search under way. */
-      while (atomic_load(&s.runs) < 2 && !atomic_load(&s.done)) sched_yield();
+    /* The cancel is triggered while a search is under way (after one has
+     * completed); that search must stop and return CANCELLED, not finish
+     * (a cancel seen only when the next search starts would leave the
+     * count of completed searches one higher). A search can end just as
+     * the cancel comes, so up to 20 tries, one of which must land. */
+    int landed = 0;
+    for (int attempt = 0; attempt < 20 && !landed; attempt++) {
+      Searcher s = {ds, q, n, dim, shoal_cancel_new(), SHOAL_STATUS_OK, 0, 0, 0};
+      pthread_t t;
+      int made = pthread_create(&t, NULL, search_until_cancelled, &s);
+      CHECK(made == 0, "pthread_create failed: %d", made);
+      if (made != 0) {
+        shoal_cancel_free(s.cancel);
+        break;
+      }
+      while (!(atomic_load(&s.runs) >= 1 && atomic_load(&s.in_search)) && !atomic_load(&s.done))
+        sched_yield();
+      int before = atomic_load(&s.runs);
       shoal_cancel_trigger(s.cancel);
       pthread_join(t, NULL);
-      int runs = atomic_load(&s.runs);
       CHECK(s.last == SHOAL_STATUS_CANCELLED, "cancelled search returned %d (%s)", (int)s.last,
             shoal_last_error());
-      CHECK(runs >= 2 && runs < 100000, "searches before the cancel: %d", runs);
+      landed = s.last == SHOAL_STATUS_CANCELLED && atomic_load(&s.runs) == before;
+      shoal_cancel_free(s.cancel);
     }
-    shoal_cancel_free(s.cancel);
+    CHECK(landed, "no cancel stopped a search under way in 20 tries");
   }
 
   shoal_dataset_close(v1);
