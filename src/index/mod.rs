@@ -2,6 +2,7 @@
 //! partition files and the partition cache.
 
 pub(crate) mod cache;
+pub(crate) mod hnsw;
 pub(crate) mod ivf;
 pub(crate) mod kmeans;
 pub(crate) mod partition;

@@ -1,0 +1,529 @@
+//! HNSW graph (Malkov & Yashunin, 2016): the walk behind the `hnsw` index
+//! kind of issue 45 — its build and its search, over any distance.
+//!
+//! Not wired into datasets yet: the segment format, the scan driver,
+//! filters from the prefilter and the quantized traversal come next (see
+//! ARCHITECTURE.md, "Not built yet"). This module is the graph alone, so
+//! that it can be built and tested on its own first.
+//!
+//! * Nodes are `0..n` (a segment's rows in order). Node `i` gets a top
+//!   layer `⌊−ln U · m_L⌋` (`m_L = 1 / ln m`) from a generator seeded by
+//!   the build's seed and `i`, so a graph depends only on its inputs.
+//! * Layer 0 keeps up to `2m` neighbours a node, upper layers `m`. A new
+//!   node's neighbours are chosen from the `ef_construction` nearest found
+//!   on each layer by the paper's heuristic (a candidate is kept unless a
+//!   kept neighbour is closer to it than the new node is), and links back
+//!   are pruned by the same rule when a list overflows.
+//! * A search descends greedily to layer 1, then keeps the `ef` nearest on
+//!   layer 0. Rows a query may not return (its filter, deletions) are still
+//!   walked through but never enter its results.
+//! * Every comparison orders by `(distance, node)`, so ties resolve the
+//!   same way in every walk: a query's answer depends on the graph and the
+//!   query alone, never on what else runs (batch invariance). While
+//!   building, equal distances are ordered by a hash of the pair instead,
+//!   so that copies of one vector do not all link to the same few.
+//! * Known limit: more than `2m` exact copies of one vector fill each
+//!   other's layer-0 lists, and a walk that enters them cannot leave
+//!   (measured: 67 copies among 200 rows left 68 rows reachable). Copies
+//!   are to be kept beside one node when the index is wired in.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use rand::{Rng, SeedableRng};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// Marks an empty neighbour slot.
+const NONE: u32 = u32::MAX;
+/// Highest layer a node may get (a bound on a corrupt or adversarial seed's
+/// effect; 16 layers of m ≥ 4 hold far more than 2^32 nodes).
+const MAX_LEVEL: usize = 16;
+
+/// How a graph is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HnswParams {
+    /// Neighbours a node keeps on the upper layers (twice that on layer 0).
+    pub m: usize,
+    /// Candidates kept while a node's neighbours are searched for.
+    pub ef_construction: usize,
+    /// Seed of the layer draw.
+    pub seed: u64,
+}
+
+/// A (distance, node) pair, ordered by distance, then node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Near(f32, u32);
+
+impl Eq for Near {}
+
+impl PartialOrd for Near {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Near {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+    }
+}
+
+/// Which nodes a walk has seen: a generation stamp per node, so clearing
+/// it between walks costs nothing.
+struct Visited {
+    stamp: Vec<u32>,
+    now: u32,
+}
+
+impl Visited {
+    fn new(n: usize) -> Visited {
+        Visited {
+            stamp: vec![0; n],
+            now: 0,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.now = self.now.wrapping_add(1);
+        if self.now == 0 {
+            self.stamp.fill(0);
+            self.now = 1;
+        }
+    }
+
+    /// Marks `node`; true when it was not marked in this walk yet.
+    fn first_visit(&mut self, node: u32) -> bool {
+        let s = &mut self.stamp[node as usize];
+        let first = *s != self.now;
+        *s = self.now;
+        first
+    }
+}
+
+/// An HNSW graph over nodes `0..len()`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HnswGraph {
+    m: usize,
+    /// Each node's top layer.
+    levels: Vec<u8>,
+    /// Layer 0: `2m` slots a node.
+    base: Vec<u32>,
+    /// Layers 1..: node `i` with a top layer `l ≥ 1` owns `l × m` slots
+    /// from `upper_start[i]`, layer `j` at `(j − 1) × m`.
+    upper_start: Vec<u32>,
+    upper: Vec<u32>,
+    /// The node the walks start from (a node of the top layer).
+    entry: u32,
+}
+
+impl HnswGraph {
+    /// Builds the graph of `n` nodes, `between(a, b)` their distance
+    /// (symmetric). Fails on `m < 2` or `ef_construction < m`.
+    pub fn build(
+        n: usize,
+        params: HnswParams,
+        between: impl Fn(u32, u32) -> f32,
+    ) -> Result<HnswGraph, String> {
+        let HnswParams {
+            m,
+            ef_construction,
+            seed,
+        } = params;
+        if m < 2 {
+            return Err(format!("hnsw m must be at least 2, got {m}"));
+        }
+        if ef_construction < m {
+            return Err(format!(
+                "hnsw ef_construction ({ef_construction}) must be at least m ({m})"
+            ));
+        }
+        if n >= NONE as usize {
+            return Err(format!("hnsw holds fewer than 2^32 - 1 nodes, got {n}"));
+        }
+        let ml = 1.0 / (m as f64).ln();
+        let levels: Vec<u8> = (0..n)
+            .map(|i| {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(
+                    seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                );
+                let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+                ((-u.ln() * ml).floor() as usize).min(MAX_LEVEL) as u8
+            })
+            .collect();
+        let mut upper_start = Vec::with_capacity(n);
+        let mut slots = 0usize;
+        for &l in &levels {
+            upper_start.push(slots as u32);
+            slots += l as usize * m;
+        }
+        let mut graph = HnswGraph {
+            m,
+            base: vec![NONE; n * 2 * m],
+            upper_start,
+            upper: vec![NONE; slots],
+            levels,
+            entry: 0,
+        };
+        let mut visited = Visited::new(n);
+        for node in 1..n as u32 {
+            graph.insert(node, ef_construction, &between, &mut visited);
+        }
+        Ok(graph)
+    }
+
+    /// Nodes in the graph.
+    pub fn len(&self) -> usize {
+        self.levels.len()
+    }
+
+    /// True for a graph of no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.levels.is_empty()
+    }
+
+    /// The neighbour slots of `node` on `layer` (empty slots hold `NONE`).
+    fn links(&self, node: u32, layer: usize) -> &[u32] {
+        if layer == 0 {
+            let w = 2 * self.m;
+            &self.base[node as usize * w..(node as usize + 1) * w]
+        } else {
+            let at = self.upper_start[node as usize] as usize + (layer - 1) * self.m;
+            &self.upper[at..at + self.m]
+        }
+    }
+
+    fn links_mut(&mut self, node: u32, layer: usize) -> &mut [u32] {
+        if layer == 0 {
+            let w = 2 * self.m;
+            &mut self.base[node as usize * w..(node as usize + 1) * w]
+        } else {
+            let at = self.upper_start[node as usize] as usize + (layer - 1) * self.m;
+            &mut self.upper[at..at + self.m]
+        }
+    }
+
+    fn top(&self) -> usize {
+        self.levels[self.entry as usize] as usize
+    }
+
+    /// Adds `node` (every node below it is in the graph already).
+    fn insert(
+        &mut self,
+        node: u32,
+        ef: usize,
+        between: &impl Fn(u32, u32) -> f32,
+        visited: &mut Visited,
+    ) {
+        let level = self.levels[node as usize] as usize;
+        let top = self.top();
+        let to_node = |other: u32| between(node, other);
+        let mut nearest = Near(to_node(self.entry), self.entry);
+        for layer in (level + 1..=top).rev() {
+            nearest = self.greedy(&to_node, nearest, layer);
+        }
+        let mut entries = vec![nearest];
+        for layer in (0..=level.min(top)).rev() {
+            let found = self.search_layer(&to_node, &entries, ef, layer, visited, &|_| true);
+            let keep = if layer == 0 { 2 * self.m } else { self.m };
+            let chosen = select(&spread_ties(node, found.clone()), keep, between);
+            for (slot, near) in self.links_mut(node, layer).iter_mut().zip(&chosen) {
+                *slot = near.1;
+            }
+            for near in &chosen {
+                self.link_back(near.1, node, near.0, layer, keep, between);
+            }
+            entries = found;
+        }
+        if level > top {
+            self.entry = node;
+        }
+    }
+
+    /// Adds `node` (at `distance`) to `from`'s list on `layer`, pruning the
+    /// list by the heuristic when it is full.
+    fn link_back(
+        &mut self,
+        from: u32,
+        node: u32,
+        distance: f32,
+        layer: usize,
+        keep: usize,
+        between: &impl Fn(u32, u32) -> f32,
+    ) {
+        let links = self.links_mut(from, layer);
+        if let Some(free) = links.iter_mut().find(|s| **s == NONE) {
+            *free = node;
+            return;
+        }
+        let mut all: Vec<Near> = links
+            .iter()
+            .map(|&o| Near(between(from, o), o))
+            .chain(std::iter::once(Near(distance, node)))
+            .collect();
+        all.sort();
+        let chosen = select(&spread_ties(from, all), keep, between);
+        let links = self.links_mut(from, layer);
+        links.fill(NONE);
+        for (slot, near) in links.iter_mut().zip(&chosen) {
+            *slot = near.1;
+        }
+    }
+
+    /// The nearest node reachable by steps to nearer neighbours on `layer`.
+    fn greedy(&self, dist: &impl Fn(u32) -> f32, mut at: Near, layer: usize) -> Near {
+        loop {
+            let mut moved = false;
+            for &o in self.links(at.1, layer) {
+                if o == NONE {
+                    break;
+                }
+                let near = Near(dist(o), o);
+                if near < at {
+                    at = near;
+                    moved = true;
+                }
+            }
+            if !moved {
+                return at;
+            }
+        }
+    }
+
+    /// The `ef` nearest nodes `admit` allows, found on `layer` from
+    /// `entries`, ascending. Refused nodes are walked through, not kept.
+    fn search_layer(
+        &self,
+        dist: &impl Fn(u32) -> f32,
+        entries: &[Near],
+        ef: usize,
+        layer: usize,
+        visited: &mut Visited,
+        admit: &dyn Fn(u32) -> bool,
+    ) -> Vec<Near> {
+        visited.clear();
+        let mut frontier: BinaryHeap<Reverse<Near>> = BinaryHeap::new();
+        let mut kept: BinaryHeap<Near> = BinaryHeap::new();
+        for &e in entries {
+            if visited.first_visit(e.1) {
+                frontier.push(Reverse(e));
+                if admit(e.1) {
+                    kept.push(e);
+                }
+            }
+        }
+        while kept.len() > ef {
+            kept.pop();
+        }
+        while let Some(Reverse(c)) = frontier.pop() {
+            if kept.len() >= ef && kept.peek().is_some_and(|worst| c > *worst) {
+                break;
+            }
+            for &o in self.links(c.1, layer) {
+                if o == NONE {
+                    break;
+                }
+                if !visited.first_visit(o) {
+                    continue;
+                }
+                let near = Near(dist(o), o);
+                let full = kept.len() >= ef;
+                if full && kept.peek().is_some_and(|worst| near > *worst) {
+                    continue;
+                }
+                frontier.push(Reverse(near));
+                if admit(o) {
+                    kept.push(near);
+                    if kept.len() > ef {
+                        kept.pop();
+                    }
+                }
+            }
+        }
+        kept.into_sorted_vec()
+    }
+
+    /// The `k` nearest nodes that `admit` allows, by `dist` (the query's
+    /// distance to a node), searching `ef ≥ k` candidates on layer 0;
+    /// ascending by (distance, node).
+    pub fn search(
+        &self,
+        dist: impl Fn(u32) -> f32,
+        k: usize,
+        ef: usize,
+        admit: &dyn Fn(u32) -> bool,
+    ) -> Vec<(f32, u32)> {
+        if self.is_empty() || k == 0 {
+            return Vec::new();
+        }
+        let mut at = Near(dist(self.entry), self.entry);
+        for layer in (1..=self.top()).rev() {
+            at = self.greedy(&dist, at, layer);
+        }
+        let mut visited = Visited::new(self.len());
+        let mut found = self.search_layer(&dist, &[at], ef.max(k), 0, &mut visited, admit);
+        found.truncate(k);
+        found.into_iter().map(|Near(d, n)| (d, n)).collect()
+    }
+}
+
+/// `candidates` of `node`'s list (ascending by distance), with each run of
+/// equal distances reordered by a hash of (node, candidate) instead of by
+/// candidate: exact duplicates would otherwise all link to the same few
+/// lowest-numbered copies, and a walk that enters them could reach no
+/// other copy. Deterministic, so the graph still depends on its inputs
+/// alone; results keep their (distance, node) order.
+fn spread_ties(node: u32, mut candidates: Vec<Near>) -> Vec<Near> {
+    let mix = |c: u32| {
+        let x = (u64::from(node) << 32 | u64::from(c)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        x ^ (x >> 29)
+    };
+    candidates.sort_by(|a, b| a.0.total_cmp(&b.0).then(mix(a.1).cmp(&mix(b.1))));
+    candidates
+}
+
+/// The paper's neighbour heuristic: from `candidates` (ascending by
+/// distance to the node), keep each one that no kept neighbour is strictly
+/// nearer to than the node is, up to `keep`; fill up with the nearest
+/// skipped ones when fewer pass (so that sparse regions stay connected).
+fn select(candidates: &[Near], keep: usize, between: &impl Fn(u32, u32) -> f32) -> Vec<Near> {
+    let mut chosen: Vec<Near> = Vec::with_capacity(keep);
+    let mut skipped = Vec::new();
+    for &c in candidates {
+        if chosen.len() == keep {
+            break;
+        }
+        if chosen.iter().all(|s| between(c.1, s.1) >= c.0) {
+            chosen.push(c);
+        } else {
+            skipped.push(c);
+        }
+    }
+    for c in skipped {
+        if chosen.len() == keep {
+            break;
+        }
+        chosen.push(c);
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::clustered_vectors;
+
+    fn l2(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+    }
+
+    fn brute(
+        data: &[f32],
+        dim: usize,
+        q: &[f32],
+        k: usize,
+        admit: &dyn Fn(u32) -> bool,
+    ) -> Vec<(f32, u32)> {
+        let mut all: Vec<Near> = data
+            .chunks(dim)
+            .enumerate()
+            .filter(|(i, _)| admit(*i as u32))
+            .map(|(i, x)| Near(l2(q, x), i as u32))
+            .collect();
+        all.sort();
+        all.truncate(k);
+        all.into_iter().map(|Near(d, n)| (d, n)).collect()
+    }
+
+    fn graph(data: &[f32], dim: usize, m: usize, seed: u64) -> HnswGraph {
+        let row = |i: u32| &data[i as usize * dim..(i as usize + 1) * dim];
+        HnswGraph::build(
+            data.len() / dim,
+            HnswParams {
+                m,
+                ef_construction: 100,
+                seed,
+            },
+            |a, b| l2(row(a), row(b)),
+        )
+        .unwrap()
+    }
+
+    /// Recall@10 against brute force on clustered data, with and without a
+    /// filter; the same seed builds the same graph; bad parameters refused.
+    #[test]
+    fn the_walk_finds_the_nearest_rows_and_depends_only_on_its_inputs() {
+        let (n, dim) = (3_000, 16);
+        // Queries held out from the same clusters as the rows.
+        let mut data = clustered_vectors(n + 100, dim, 12, 3);
+        let queries = data.split_off(n * dim);
+        let g = graph(&data, dim, 12, 7);
+        assert_eq!(g, graph(&data, dim, 12, 7), "seeded: the same graph");
+        assert!(g.levels.iter().any(|&l| l > 0), "upper layers exist");
+        let odd = |i: u32| i % 2 == 1;
+        for (admit, floor) in [(&(|_| true) as &dyn Fn(u32) -> bool, 0.95), (&odd, 0.9)] {
+            let (mut hit, mut total) = (0, 0);
+            for q in queries.chunks(dim) {
+                let row = |i: u32| &data[i as usize * dim..(i as usize + 1) * dim];
+                let got = g.search(|i| l2(q, row(i)), 10, 64, admit);
+                assert!(got.iter().all(|&(_, i)| admit(i)), "only admitted rows");
+                assert!(got
+                    .windows(2)
+                    .all(|w| Near(w[0].0, w[0].1) < Near(w[1].0, w[1].1)));
+                let want = brute(&data, dim, q, 10, admit);
+                hit += got.iter().filter(|g| want.contains(g)).count();
+                total += want.len();
+                // The same query again, after other walks: the same answer.
+                assert_eq!(g.search(|i| l2(q, row(i)), 10, 64, admit), got);
+            }
+            let recall = hit as f64 / total as f64;
+            assert!(recall >= floor, "recall@10 {recall}");
+        }
+        let bad = |m, ef| {
+            HnswGraph::build(
+                10,
+                HnswParams {
+                    m,
+                    ef_construction: ef,
+                    seed: 1,
+                },
+                |_, _| 0.0,
+            )
+        };
+        assert!(bad(1, 10).is_err());
+        assert!(bad(8, 4).is_err());
+        assert_eq!(bad(8, 8).unwrap().len(), 10);
+    }
+
+    /// Exact duplicates (ties) keep a fixed order by node; k above the
+    /// graph's size returns every node. (Ten copies of one vector, fewer
+    /// than a node's 2m links: more copies than that can trap a walk
+    /// among them; see the module doc.)
+    #[test]
+    fn ties_resolve_by_node_and_small_graphs_return_every_row() {
+        let dim = 4;
+        let mut data = clustered_vectors(200, dim, 4, 1);
+        for r in (1..200).step_by(20) {
+            let first = data[..dim].to_vec();
+            data[r * dim..(r + 1) * dim].copy_from_slice(&first);
+        }
+        let g = graph(&data, dim, 6, 2);
+        let q = data[..dim].to_vec();
+        let row = |i: u32| &data[i as usize * dim..(i as usize + 1) * dim];
+        let got = g.search(|i| l2(&q, row(i)), 20, 200, &|_| true);
+        assert_eq!(got, brute(&data, dim, &q, 20, &|_| true));
+        assert_eq!(got.iter().filter(|g| g.0 == 0.0).count(), 11, "every copy");
+        let all = g.search(|i| l2(&q, row(i)), 500, 500, &|_| true);
+        assert_eq!(all.len(), 200);
+        assert!(HnswGraph::build(
+            0,
+            HnswParams {
+                m: 4,
+                ef_construction: 8,
+                seed: 0
+            },
+            |_, _| 0.0
+        )
+        .unwrap()
+        .search(|_| 0.0, 5, 5, &|_| true)
+        .is_empty());
+    }
+}
