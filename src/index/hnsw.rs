@@ -109,7 +109,7 @@ pub struct HnswGraph {
     base: Vec<u32>,
     /// Layers 1..: node `i` with a top layer `l ≥ 1` owns `l × m` slots
     /// from `upper_start[i]`, layer `j` at `(j − 1) × m`.
-    upper_start: Vec<u32>,
+    upper_start: Vec<usize>,
     upper: Vec<u32>,
     /// The node the walks start from (a node of the top layer).
     entry: u32,
@@ -152,7 +152,7 @@ impl HnswGraph {
         let mut upper_start = Vec::with_capacity(n);
         let mut slots = 0usize;
         for &l in &levels {
-            upper_start.push(slots as u32);
+            upper_start.push(slots);
             slots += l as usize * m;
         }
         let mut graph = HnswGraph {
@@ -186,7 +186,7 @@ impl HnswGraph {
             let w = 2 * self.m;
             &self.base[node as usize * w..(node as usize + 1) * w]
         } else {
-            let at = self.upper_start[node as usize] as usize + (layer - 1) * self.m;
+            let at = self.upper_start[node as usize] + (layer - 1) * self.m;
             &self.upper[at..at + self.m]
         }
     }
@@ -196,7 +196,7 @@ impl HnswGraph {
             let w = 2 * self.m;
             &mut self.base[node as usize * w..(node as usize + 1) * w]
         } else {
-            let at = self.upper_start[node as usize] as usize + (layer - 1) * self.m;
+            let at = self.upper_start[node as usize] + (layer - 1) * self.m;
             &mut self.upper[at..at + self.m]
         }
     }
