@@ -180,24 +180,33 @@ impl HnswGraph {
         self.levels.is_empty()
     }
 
-    /// The neighbour slots of `node` on `layer` (empty slots hold `NONE`).
-    fn links(&self, node: u32, layer: usize) -> &[u32] {
+    /// Where `node`'s slots on `layer` lie: in `base` (layer 0) or `upper`.
+    fn slots(&self, node: u32, layer: usize) -> std::ops::Range<usize> {
         if layer == 0 {
             let w = 2 * self.m;
-            &self.base[node as usize * w..(node as usize + 1) * w]
+            node as usize * w..(node as usize + 1) * w
         } else {
             let at = self.upper_start[node as usize] + (layer - 1) * self.m;
-            &self.upper[at..at + self.m]
+            at..at + self.m
+        }
+    }
+
+    /// The neighbour slots of `node` on `layer` (empty slots hold `NONE`).
+    fn links(&self, node: u32, layer: usize) -> &[u32] {
+        let slots = self.slots(node, layer);
+        if layer == 0 {
+            &self.base[slots]
+        } else {
+            &self.upper[slots]
         }
     }
 
     fn links_mut(&mut self, node: u32, layer: usize) -> &mut [u32] {
+        let slots = self.slots(node, layer);
         if layer == 0 {
-            let w = 2 * self.m;
-            &mut self.base[node as usize * w..(node as usize + 1) * w]
+            &mut self.base[slots]
         } else {
-            let at = self.upper_start[node as usize] + (layer - 1) * self.m;
-            &mut self.upper[at..at + self.m]
+            &mut self.upper[slots]
         }
     }
 

@@ -166,28 +166,20 @@ pub fn search_shared(
         let loads = Loads::default();
         let probes = resolve_probes(view, seg, batch, admission, ranked, &loads, profile)?;
         profile.pairs_probed += probes.iter().map(|r| r.len() as u64).sum::<u64>();
+        let scan = SegmentScan {
+            view,
+            seg,
+            batch,
+            probes: &probes,
+            admission,
+            loads: &loads,
+        };
         if seg.model.query_major() {
             for lo in (0..n).step_by(PQ_QUERY_BLOCK) {
                 let hi = (lo + PQ_QUERY_BLOCK).min(n);
-                let scan = SegmentScan {
-                    view,
-                    seg,
-                    batch,
-                    probes: &probes,
-                    admission,
-                    loads: &loads,
-                };
                 scan_pq_block(&scan, lo..hi, &mut heaps, profile)?;
             }
         } else {
-            let scan = SegmentScan {
-                view,
-                seg,
-                batch,
-                probes: &probes,
-                admission,
-                loads: &loads,
-            };
             scan_partition_major(&scan, &mut heaps, profile)?;
         }
         loads.add_to(profile);
