@@ -199,17 +199,25 @@ class Dataset:
     def create_index(
         self,
         index_type: str = "ivf_flat",
-        partitions: int = 256,
+        partitions: Optional[int] = None,
         sub_vectors: Optional[int] = None,
         column: Optional[str] = None,
         seed: Optional[int] = None,
         bits: Optional[int] = None,
+        m: Optional[int] = None,
+        ef_construction: Optional[int] = None,
     ) -> int:
-        """Builds an index (``ivf_flat``, ``ivf_pq`` with ``sub_vectors``,
+        """Builds an index over ``column`` (the only vector column by
+        default); returns the version it committed. IVF indexes (``partitions``,
+        default 256): ``ivf_flat``, ``ivf_pq`` with ``sub_vectors``,
         ``ivf_sq``, or ``ivf_rq`` with ``bits`` per dimension, 1 to 8, default
-        4) over ``column`` (the only vector column by default); returns the
-        version it committed."""
-        return self._native.create_index(index_type, partitions, sub_vectors, column, seed, bits)
+        4. A graph: ``hnsw`` with ``m`` (default 16) and ``ef_construction``
+        (default 200), searched with ``ef``."""
+        if index_type != "hnsw" and partitions is None:
+            partitions = 256
+        return self._native.create_index(
+            index_type, partitions, sub_vectors, column, seed, bits, m, ef_construction,
+        )
 
     def search(
         self,
@@ -224,6 +232,7 @@ class Dataset:
         version: Optional[int] = None,
         exact: bool = False,
         timeout_ms: Optional[int] = None,
+        ef: Optional[int] = None,
     ) -> pa.Table:
         """The ``k`` nearest rows to ``vector`` (1-D float array) as a table of
         ``id``, ``_distance`` and the ``select``-ed columns, nearest first.
@@ -231,7 +240,7 @@ class Dataset:
         released while waiting)."""
         batch = self._native.search(*_request(
             vector, k, filter, select, nprobes, refine_factor, postfilter, column, version, exact,
-            timeout_ms,
+            timeout_ms, ef,
         ))
         return _as_table(batch)
 
@@ -248,12 +257,13 @@ class Dataset:
         version: Optional[int] = None,
         exact: bool = False,
         timeout_ms: Optional[int] = None,
+        ef: Optional[int] = None,
     ) -> pa.Table:
         """:meth:`search` as a coroutine: concurrent tasks share batches, and
         cancelling the task cancels its search."""
         request = _request(
             vector, k, filter, select, nprobes, refine_factor, postfilter, column, version, exact,
-            timeout_ms,
+            timeout_ms, ef,
         )
         loop = asyncio.get_running_loop()
         future = loop.create_future()
@@ -297,13 +307,14 @@ class Dataset:
         column: Optional[str] = None,
         version: Optional[int] = None,
         exact: bool = False,
+        ef: Optional[int] = None,
     ) -> pa.Table:
         """Every row of ``matrix`` (2-D float array) searched in one shared
         scan: one table with a ``query_index`` column, then ``id``,
         ``_distance`` and the selected columns, nearest first per query."""
         batch, _ = self._native.search_batch(
             _float32_matrix(matrix), k, filter, postfilter, _names(select), nprobes,
-            refine_factor, column, version, exact, False,
+            refine_factor, column, version, exact, False, ef,
         )
         return _as_table(batch)
 
@@ -319,13 +330,14 @@ class Dataset:
         column: Optional[str] = None,
         version: Optional[int] = None,
         exact: bool = False,
+        ef: Optional[int] = None,
     ) -> Dict[str, Any]:
         """:meth:`search_batch`, with what the execution did: ``{"results":
         table, "profile": dict}`` (mode, partitions probed and loaded, rows
         scored, times)."""
         batch, profile = self._native.search_batch(
             _float32_matrix(matrix), k, filter, postfilter, _names(select), nprobes,
-            refine_factor, column, version, exact, True,
+            refine_factor, column, version, exact, True, ef,
         )
         return {"results": _as_table(batch), "profile": json.loads(profile)}
 
@@ -389,12 +401,12 @@ _Mailbox._by_loop = weakref.WeakKeyDictionary()
 def _request(vector: Any, k: int, filter: Optional[str], select: Optional[Sequence[str]],
              nprobes: Optional[int], refine_factor: Optional[int], postfilter: bool,
              column: Optional[str], version: Optional[int], exact: bool,
-             timeout_ms: Optional[int]) -> tuple:
+             timeout_ms: Optional[int], ef: Optional[int]) -> tuple:
     """One search as the native side takes it (`Dataset.search`'s arguments
     and `Dataset.submit`'s request tuples share this order)."""
     return (
         _float32_vector(vector), k, filter, postfilter, _names(select), nprobes,
-        refine_factor, column, version, exact, timeout_ms,
+        refine_factor, column, version, exact, timeout_ms, ef,
     )
 
 

@@ -51,11 +51,13 @@ class Dataset:
     def create_index(
         self,
         index_type: str,
-        partitions: int,
+        partitions: Optional[int] = None,
         sub_vectors: Optional[int] = None,
         column: Optional[str] = None,
         seed: Optional[int] = None,
         bits: Optional[int] = None,
+        m: Optional[int] = None,
+        ef_construction: Optional[int] = None,
     ) -> int: ...
     def search(
         self,
@@ -70,6 +72,7 @@ class Dataset:
         version: Optional[int] = None,
         exact: bool = False,
         timeout_ms: Optional[int] = None,
+        ef: Optional[int] = None,
     ) -> pa.RecordBatch: ...
     def submit(self, requests: List[tuple], mailbox: Mailbox, first_ticket: int) -> List[Cancel]: ...
     def search_batch(
@@ -85,4 +88,5 @@ class Dataset:
         version: Optional[int] = None,
         exact: bool = False,
         explain: bool = False,
+        ef: Optional[int] = None,
     ) -> Tuple[pa.RecordBatch, Optional[str]]: ...

@@ -5,18 +5,14 @@
 //! converts the answer to Arrow. `shoal/__init__.py` holds the Python-side
 //! conveniences (dicts of NumPy arrays, dtype checks, tables).
 
-use arrow_array::{ArrayRef, Float32Array, Int64Array, RecordBatch, UInt32Array};
-use arrow_pyarrow::{FromPyArrow, ToPyArrow};
-use arrow_schema::{DataType, Field, Schema as ArrowSchema};
-use numpy::{PyReadonlyArray1, PyReadonlyArray2};
+mod convert;
+
+use convert::{batches_of, matrix_of, response_batch, results_batch, schema_of, vector_of, Options};
+use arrow_pyarrow::ToPyArrow;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
-use shoal::{
-    BatchQuery, ColumnType, Config, DatasetHandle, ErrorKind, FilterMode, IndexKind, IndexParams,
-    Metric, Nprobes, PerQueryParams, Query, Schema, SearchResults,
-};
+use shoal::{Config, DatasetHandle, ErrorKind, IndexKind, IndexParams, Metric};
 use std::sync::Arc;
 
 create_exception!(_shoal, ShoalError, PyException, "Every error shoal raises.");
@@ -107,170 +103,6 @@ fn metric_of(name: &str) -> PyResult<Metric> {
             "unknown metric '{other}' (l2, cosine or dot)"
         ))),
     }
-}
-
-/// The options of one search, as Python passes them.
-#[derive(Clone, Default)]
-struct Options {
-    filter: Option<String>,
-    postfilter: bool,
-    select: Vec<String>,
-    nprobes: Option<usize>,
-    refine_factor: Option<usize>,
-    column: Option<String>,
-    version: Option<u64>,
-    exact: bool,
-    timeout_ms: Option<u64>,
-}
-
-impl Options {
-    fn own(&self) -> PerQueryParams {
-        PerQueryParams {
-            filter: self.filter.clone(),
-            filter_mode: if self.postfilter {
-                FilterMode::Postfilter
-            } else {
-                FilterMode::Prefilter
-            },
-            projection: self.select.clone(),
-            nprobes: self.nprobes.map_or_else(Nprobes::default, Nprobes::Fixed),
-            refine_factor: self.refine_factor,
-        }
-    }
-
-    fn query(&self, vector: Vec<f32>, k: usize) -> Query {
-        let mut q = Query::new(vector, k);
-        q.own = self.own();
-        q.shared.column = self.column.clone();
-        q.shared.version = self.version;
-        if self.exact {
-            q.shared.mode = shoal::SearchMode::Exact;
-        }
-        q.timeout = self.timeout_ms.map(std::time::Duration::from_millis);
-        q
-    }
-
-    fn batch(&self, vectors: Vec<Vec<f32>>, k: usize) -> BatchQuery {
-        let mut b = BatchQuery::new(vectors, k);
-        b.own = shoal::PerQuery::All(self.own());
-        b.shared.column = self.column.clone();
-        b.shared.version = self.version;
-        if self.exact {
-            b.shared.mode = shoal::SearchMode::Exact;
-        }
-        b
-    }
-}
-
-/// A 1-D float32 NumPy vector, copied once into Rust.
-fn vector_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<f32>> {
-    let array: PyReadonlyArray1<f32> = v.extract().map_err(|_| {
-        invalid("a query vector must be a 1-D float32 NumPy array (one vector; use search_batch for a 2-D matrix)")
-    })?;
-    Ok(array.as_array().iter().copied().collect())
-}
-
-/// A 2-D float32 NumPy matrix, one query per row.
-fn matrix_of(m: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<f32>>> {
-    let array: PyReadonlyArray2<f32> = m.extract().map_err(|_| {
-        invalid("query vectors must be a 2-D float32 NumPy array (one row per query)")
-    })?;
-    Ok(array
-        .as_array()
-        .rows()
-        .into_iter()
-        .map(|r| r.iter().copied().collect())
-        .collect())
-}
-
-/// Rows as one Arrow batch: `query_index` (batches only), `id`,
-/// `_distance`, then the projected columns typed from the schema.
-fn results_batch(
-    results: &SearchResults,
-    schema: &Schema,
-    with_query_index: bool,
-) -> Result<RecordBatch, shoal::Error> {
-    let arrow_err = |e: arrow_schema::ArrowError| shoal::Error::Arrow(e.to_string());
-    // The projected columns first: they check that every query selected
-    // the same ones.
-    let projected = results.projected_arrays(schema)?;
-    let rows: Vec<(u32, &shoal::Hit)> = results.rows().map(|(q, h)| (q as u32, h)).collect();
-    let mut fields = Vec::new();
-    let mut columns: Vec<ArrayRef> = Vec::new();
-    if with_query_index {
-        fields.push(Field::new("query_index", DataType::UInt32, false));
-        columns.push(Arc::new(UInt32Array::from_iter_values(
-            rows.iter().map(|r| r.0),
-        )));
-    }
-    fields.push(Field::new("id", DataType::Int64, false));
-    columns.push(Arc::new(Int64Array::from_iter_values(
-        rows.iter().map(|r| r.1.id),
-    )));
-    fields.push(Field::new("_distance", DataType::Float32, false));
-    columns.push(Arc::new(Float32Array::from_iter_values(
-        rows.iter().map(|r| r.1.distance),
-    )));
-    for (field, array) in projected {
-        fields.push(field);
-        columns.push(array);
-    }
-    RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), columns).map_err(arrow_err)
-}
-
-/// One search's answer as its record batch (`id`, `_distance`, the
-/// selected columns).
-fn response_batch(
-    response: shoal::SearchResponse,
-    handle: &DatasetHandle,
-) -> Result<RecordBatch, shoal::Error> {
-    let results = SearchResults {
-        version: response.version,
-        projection: response.projection,
-        projections: Vec::new(),
-        hits: vec![response.hits],
-    };
-    results_batch(&results, handle.latest().schema(), false)
-}
-
-/// A dataset schema from an Arrow schema: `FixedSizeList<float32>` columns
-/// are vectors (with `metric`), integers, floats, strings and booleans
-/// scalars; an `id` column must be int64 and is the row id.
-fn schema_of(arrow: &ArrowSchema, metric: Metric) -> PyResult<Schema> {
-    let mut columns = Vec::new();
-    for f in arrow.fields() {
-        let ty = match f.data_type() {
-            DataType::FixedSizeList(item, dim) if item.data_type() == &DataType::Float32 => {
-                ColumnType::Vector {
-                    dim: *dim as usize,
-                    metric,
-                }
-            }
-            other => ColumnType::from_arrow_scalar(other).ok_or_else(|| {
-                invalid(format!(
-                    "column '{}' has type {other}, which shoal does not store (vectors are \
-                     fixed-size lists of float32; scalars are integers, floats, strings, booleans)",
-                    f.name()
-                ))
-            })?,
-        };
-        columns.push((f.name().clone(), ty));
-    }
-    Schema::new(columns).map_err(to_py)
-}
-
-/// Record batches from a `pyarrow.RecordBatch` or `pyarrow.Table`.
-fn batches_of(data: &Bound<'_, PyAny>) -> PyResult<Vec<RecordBatch>> {
-    let list = if data.hasattr("to_batches")? {
-        data.call_method0("to_batches")?
-    } else {
-        PyList::new(data.py(), [data])?.into_any()
-    };
-    let mut out = Vec::new();
-    for item in list.try_iter()? {
-        out.push(RecordBatch::from_pyarrow_bound(&item?)?);
-    }
-    Ok(out)
 }
 
 /// An engine over a directory of datasets: `shoal.connect(path)`.
@@ -515,7 +347,7 @@ impl Mailbox {
 
 /// One search as `Dataset.submit` takes it: `(vector, k, filter,
 /// postfilter, select, nprobes, refine_factor, column, version, exact,
-/// timeout_ms)`.
+/// timeout_ms, ef)`.
 type Request<'py> = (
     Bound<'py, PyAny>,
     usize,
@@ -528,6 +360,7 @@ type Request<'py> = (
     Option<u64>,
     bool,
     Option<u64>,
+    Option<usize>,
 );
 
 #[pymethods]
@@ -612,22 +445,37 @@ impl Dataset {
     }
 
     /// Builds an index; returns the version it committed.
-    #[pyo3(signature = (index_type, partitions, sub_vectors = None, column = None, seed = None, bits = None))]
+    #[pyo3(signature = (index_type, partitions = None, sub_vectors = None, column = None, seed = None, bits = None, m = None, ef_construction = None))]
     #[allow(clippy::too_many_arguments)]
     fn create_index(
         &self,
         py: Python<'_>,
         index_type: &str,
-        partitions: usize,
+        partitions: Option<usize>,
         sub_vectors: Option<usize>,
         column: Option<String>,
         seed: Option<u64>,
         bits: Option<usize>,
+        m: Option<usize>,
+        ef_construction: Option<usize>,
     ) -> PyResult<u64> {
         if bits.is_some() && index_type != "ivf_rq" {
             return Err(invalid("bits only applies to ivf_rq"));
         }
+        let graph = index_type == "hnsw";
+        if !graph && (m.is_some() || ef_construction.is_some()) {
+            return Err(invalid("m and ef_construction only apply to hnsw"));
+        }
+        if graph && (partitions.is_some() || sub_vectors.is_some()) {
+            return Err(invalid(
+                "hnsw takes m and ef_construction; partitions and sub_vectors apply to IVF indexes",
+            ));
+        }
         let kind = match (index_type, sub_vectors) {
+            ("hnsw", _) => IndexKind::Hnsw {
+                m: m.unwrap_or(IndexKind::DEFAULT_HNSW_M),
+                ef_construction: ef_construction.unwrap_or(IndexKind::DEFAULT_EF_CONSTRUCTION),
+            },
             ("ivf_flat", None) => IndexKind::IvfFlat,
             ("ivf_rq", None) => IndexKind::IvfRq {
                 bits: bits.unwrap_or(IndexKind::DEFAULT_RQ_BITS),
@@ -640,9 +488,14 @@ impl Dataset {
             }
             (other, _) => {
                 return Err(invalid(format!(
-                    "unknown index type '{other}' (ivf_flat, ivf_pq, ivf_sq or ivf_rq)"
+                    "unknown index type '{other}' (ivf_flat, ivf_pq, ivf_sq, ivf_rq or hnsw)"
                 )))
             }
+        };
+        let partitions = match (graph, partitions) {
+            (true, _) => 1,
+            (false, Some(p)) => p,
+            (false, None) => return Err(invalid(format!("{index_type} needs partitions"))),
         };
         let mut params = IndexParams::new(kind, partitions);
         if let Some(seed) = seed {
@@ -657,7 +510,7 @@ impl Dataset {
 
     /// One vector's nearest rows, coalesced with concurrent searches (the
     /// GIL released while it waits). Returns a `pyarrow.RecordBatch`.
-    #[pyo3(signature = (vector, k, filter = None, postfilter = false, select = None, nprobes = None, refine_factor = None, column = None, version = None, exact = false, timeout_ms = None))]
+    #[pyo3(signature = (vector, k, filter = None, postfilter = false, select = None, nprobes = None, refine_factor = None, column = None, version = None, exact = false, timeout_ms = None, ef = None))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
@@ -673,12 +526,14 @@ impl Dataset {
         version: Option<u64>,
         exact: bool,
         timeout_ms: Option<u64>,
+        ef: Option<usize>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = Options {
             filter,
             postfilter,
             select: select.unwrap_or_default(),
             nprobes,
+            ef,
             refine_factor,
             column,
             version,
@@ -719,6 +574,7 @@ impl Dataset {
             version,
             exact,
             timeout_ms,
+            ef,
         ) in requests
         {
             let options = Options {
@@ -726,6 +582,7 @@ impl Dataset {
                 postfilter,
                 select: select.unwrap_or_default(),
                 nprobes,
+                ef,
                 refine_factor,
                 column,
                 version,
@@ -766,7 +623,7 @@ impl Dataset {
     /// Many vectors (a 2-D float32 matrix) in one shared scan: one batch
     /// of rows with a `query_index` column. With `explain`, also the
     /// profile as JSON text.
-    #[pyo3(signature = (matrix, k, filter = None, postfilter = false, select = None, nprobes = None, refine_factor = None, column = None, version = None, exact = false, explain = false))]
+    #[pyo3(signature = (matrix, k, filter = None, postfilter = false, select = None, nprobes = None, refine_factor = None, column = None, version = None, exact = false, explain = false, ef = None))]
     #[allow(clippy::too_many_arguments)]
     fn search_batch<'py>(
         &self,
@@ -782,12 +639,14 @@ impl Dataset {
         version: Option<u64>,
         exact: bool,
         explain: bool,
+        ef: Option<usize>,
     ) -> PyResult<(Bound<'py, PyAny>, Option<String>)> {
         let options = Options {
             filter,
             postfilter,
             select: select.unwrap_or_default(),
             nprobes,
+            ef,
             refine_factor,
             column,
             version,

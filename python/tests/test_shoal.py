@@ -23,6 +23,9 @@ PQ_REFINED_RECALL = 0.95
 SQ_RECALL = 0.97
 RQ8_RECALL = 0.97
 RQ1_RECALL = 0.45
+# hnsw (m 8, ef_construction 64) at ef 64 on make_vectors' data
+# (test_hnsw_searches_with_ef; measured 2026-12-07: see the test).
+HNSW_RECALL = 0.95
 
 
 def make_vectors(seed, n=ROWS, dim=DIM):
@@ -260,6 +263,31 @@ def test_other_index_types_and_stats(docs, db):
     stats = db.stats()
     for key in ["requests", "batches", "mean_batch_size", "cancelled", "pending"]:
         assert key in stats
+
+
+def test_hnsw_searches_with_ef(docs):
+    ds, vectors, _ = docs
+    ds.create_index("hnsw", m=8, ef_construction=64, seed=7)
+    recall, error = recall_and_error(ds, vectors, 10, ef=64)
+    print(f"hnsw recall@10 {recall}, mean distance error {error}")
+    assert recall >= HNSW_RECALL and error < 1e-3, (recall, error)
+    queries = make_vectors(9, n=6)
+    batch = ds.search_batch(queries, k=5, ef=32, filter="len < 20").to_pydict()
+    for i, q in enumerate(queries):
+        alone = ds.search(q, k=5, ef=32, filter="len < 20").to_pydict()
+        rows = [j for j, qi in enumerate(batch["query_index"]) if qi == i]
+        assert [batch["id"][j] for j in rows] == alone["id"]
+        assert [batch["_distance"][j] for j in rows] == alone["_distance"]
+    profile = ds.explain(queries[:2], k=5, ef=32)["profile"]
+    assert profile["graph_walks"] == 2, profile
+    for call in [
+        lambda: ds.search(queries[0], k=10, ef=5),  # ef below k
+        lambda: ds.search(queries[0], k=10, nprobes=4),  # nprobes on hnsw
+        lambda: ds.create_index("hnsw", m=0),
+        lambda: ds.create_index("ivf_flat", partitions=8, m=8),
+    ]:
+        with pytest.raises(shoal.InvalidInput):
+            call()
 
 
 def test_many_small_adds_compact_with_the_same_answers(tmp_path):

@@ -63,7 +63,7 @@ impl From<ModeArg> for SearchMode {
 }
 
 /// The variant names are the CLI values (`ivf-flat`, `ivf-pq`, `ivf-sq`,
-/// `ivf-rq`).
+/// `ivf-rq`, `hnsw`).
 #[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, ValueEnum)]
 pub enum IndexTypeArg {
@@ -75,12 +75,19 @@ pub enum IndexTypeArg {
     IvfSq,
     #[value(alias = "ivf_rq")]
     IvfRq,
+    /// A graph index (HNSW), searched with --ef.
+    Hnsw,
 }
 
 impl IndexTypeArg {
-    /// The index kind, with `sub_vectors` for PQ and `bits` for RaBitQ.
-    pub fn kind(self, sub_vectors: usize, bits: usize) -> IndexKind {
+    /// The index kind, with `sub_vectors` for PQ, `bits` for RaBitQ and
+    /// the graph's `(m, ef_construction)` for hnsw.
+    pub fn kind(self, sub_vectors: usize, bits: usize, graph: (usize, usize)) -> IndexKind {
         match self {
+            IndexTypeArg::Hnsw => IndexKind::Hnsw {
+                m: graph.0,
+                ef_construction: graph.1,
+            },
             IndexTypeArg::IvfFlat => IndexKind::IvfFlat,
             IndexTypeArg::IvfPq => IndexKind::IvfPq { sub_vectors },
             IndexTypeArg::IvfSq => IndexKind::IvfSq,
@@ -116,6 +123,9 @@ pub struct AnnArgs {
     /// Adaptive probing: partitions never exceeded.
     #[arg(long, requires = "min_nprobes")]
     pub max_nprobes: Option<usize>,
+    /// Candidates a graph walk keeps per query (hnsw indexes; at least k).
+    #[arg(long)]
+    pub ef: Option<usize>,
     /// Rerank (k + offset) × R index candidates with exact vectors.
     #[arg(long)]
     pub refine_factor: Option<usize>,
@@ -130,11 +140,12 @@ impl AnnArgs {
     pub fn own(&self) -> PerQueryParams {
         let mut o = PerQueryParams::default();
         if let Some(n) = self.nprobes {
-            o.nprobes = Nprobes::Fixed(n);
+            o.nprobes = Some(Nprobes::Fixed(n));
         }
         if let (Some(min), Some(max)) = (self.min_nprobes, self.max_nprobes) {
-            o.nprobes = Nprobes::Adaptive { min, max };
+            o.nprobes = Some(Nprobes::Adaptive { min, max });
         }
+        o.ef = self.ef;
         o.refine_factor = self.refine_factor;
         o
     }
@@ -231,7 +242,8 @@ pub enum Command {
         #[arg(long)]
         output: Option<PathBuf>,
     },
-    /// Train and build an IVF index on a vector column (a new version).
+    /// Build an index on a vector column (a new version): IVF (trained
+    /// partitions) or hnsw (a graph).
     Index {
         #[arg(long)]
         dataset: PathBuf,
@@ -249,6 +261,12 @@ pub enum Command {
         /// RaBitQ bits per dimension (1 to 8).
         #[arg(long, default_value_t = shoal::IndexKind::DEFAULT_RQ_BITS)]
         bits: usize,
+        /// hnsw: neighbours per node on the upper layers (2m on layer 0).
+        #[arg(long, default_value_t = shoal::IndexKind::DEFAULT_HNSW_M)]
+        m: usize,
+        /// hnsw: candidates kept while linking a row.
+        #[arg(long, default_value_t = shoal::IndexKind::DEFAULT_EF_CONSTRUCTION)]
+        ef_construction: usize,
         /// Training sample: rows per partition.
         #[arg(long, default_value_t = 256)]
         sample: usize,
@@ -344,6 +362,16 @@ pub enum Command {
         /// ivf: nprobes values to measure.
         #[arg(long, value_delimiter = ',', default_value = "4,8,16,32")]
         nprobes: Vec<usize>,
+        /// ivf: hnsw's m.
+        #[arg(long, default_value_t = shoal::IndexKind::DEFAULT_HNSW_M)]
+        m: usize,
+        /// ivf: hnsw's ef_construction.
+        #[arg(long, default_value_t = shoal::IndexKind::DEFAULT_EF_CONSTRUCTION)]
+        ef_construction: usize,
+        /// ivf: ef values to measure on hnsw indexes (default 16,32,64,128);
+        /// batch, engine: the first is every query's ef (an hnsw dataset).
+        #[arg(long = "ef", value_delimiter = ',')]
+        efs: Vec<usize>,
         /// ivf: synthetic query count.
         #[arg(long, default_value_t = 1000)]
         num_queries: usize,

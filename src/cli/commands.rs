@@ -119,10 +119,13 @@ pub fn run(cli: Cli) -> Result<()> {
             partitions,
             sub_vectors,
             bits,
+            m,
+            ef_construction,
             sample,
             seed,
         } => {
-            let mut params = IndexParams::new(index_type.kind(sub_vectors, bits), partitions);
+            let kind = index_type.kind(sub_vectors, bits, (m, ef_construction));
+            let mut params = IndexParams::new(kind, partitions);
             params.sample_per_partition = sample;
             params.seed = seed;
             let mut ds =
@@ -268,6 +271,9 @@ pub fn run(cli: Cli) -> Result<()> {
             sub_vectors,
             bits,
             nprobes,
+            m,
+            ef_construction,
+            efs,
             num_queries,
             export,
             dataset,
@@ -291,7 +297,14 @@ pub fn run(cli: Cli) -> Result<()> {
                 if let Some(c) = cache_bytes {
                     config.cache.capacity_bytes = shoal::config::CacheCapacity::Bytes(c);
                 }
-                let shape = QueryShape::new(filter, filters, nprobe, &adaptive, refine_factor)?;
+                let shape = QueryShape::new(
+                    filter,
+                    filters,
+                    nprobe,
+                    &adaptive,
+                    efs.first().copied(),
+                    refine_factor,
+                )?;
                 Ok((config, shape))
             };
             match mode.unwrap_or(if !concurrency.is_empty() {
@@ -329,13 +342,18 @@ pub fn run(cli: Cli) -> Result<()> {
                             .flat_map(|t| match t {
                                 IndexTypeArg::IvfRq => bits
                                     .iter()
-                                    .map(|&b| t.kind(sub_vectors, b))
+                                    .map(|&b| t.kind(sub_vectors, b, (m, ef_construction)))
                                     .collect::<Vec<_>>(),
-                                _ => vec![t.kind(sub_vectors, 0)],
+                                _ => vec![t.kind(sub_vectors, 0, (m, ef_construction))],
                             })
                             .collect(),
                         partitions,
                         nprobes,
+                        efs: if efs.is_empty() {
+                            vec![16, 32, 64, 128]
+                        } else {
+                            efs.clone()
+                        },
                         k,
                         export,
                     };

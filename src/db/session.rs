@@ -20,6 +20,7 @@ use crate::db::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::exec::prefilter::FilterCache;
 use crate::exec::ScanPool;
+use crate::index::hnsw::segment::HnswSegment;
 use crate::index::ivf::{LoadedSegment, INDICES_DIR};
 use crate::index::{IndexSegmentMeta, PartitionCache};
 use crate::storage::fragment::ColumnCache;
@@ -45,6 +46,9 @@ struct Inner {
     /// Opened index segments by directory (segments never change once
     /// written; an open segment is a file handle and its small directory).
     segments: Mutex<HashMap<PathBuf, Arc<LoadedSegment>>>,
+    /// Opened `hnsw` segments by directory (their graphs and vectors load
+    /// through the partition cache).
+    graphs: Mutex<HashMap<PathBuf, Arc<HnswSegment>>>,
     /// Local copies of object-storage files.
     disk: DiskCache,
     /// Object-store clients by `scheme://authority`.
@@ -88,6 +92,7 @@ impl Session {
                 filters,
                 pool,
                 segments: Mutex::default(),
+                graphs: Mutex::default(),
             }),
         }
     }
@@ -253,6 +258,23 @@ impl Session {
             return Ok(s.clone());
         }
         let s = Arc::new(LoadedSegment::open(root, meta, dim)?);
+        open.insert(dir, s.clone());
+        Ok(s)
+    }
+
+    /// The `hnsw` segment `meta` of the dataset at `root`, opened once.
+    pub(crate) fn graph_segment(
+        &self,
+        root: &DatasetRoot,
+        meta: &IndexSegmentMeta,
+        dim: usize,
+    ) -> Result<Arc<HnswSegment>> {
+        let dir = root.join(INDICES_DIR).join(&meta.id);
+        let mut open = self.inner.graphs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = open.get(&dir) {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(HnswSegment::open(root, meta, dim)?);
         open.insert(dir, s.clone());
         Ok(s)
     }

@@ -18,6 +18,7 @@ use crate::exec::exact;
 use crate::exec::pool::ScanPool;
 use crate::exec::prefilter::{Admission, FilterCache, RowTest};
 use crate::exec::profile::{ms_since, Profile};
+use crate::index::hnsw::segment::HnswSegment;
 use crate::index::ivf::{coarse_metric, LoadedSegment};
 use crate::index::partition::{Partition, Payload};
 use crate::index::pq::{scan_codes, ProductQuantizer, ScanSink, CODES};
@@ -42,6 +43,9 @@ pub struct IndexView<'a> {
     /// Index segments of the searched column, opened; left empty when the
     /// search cannot use them (an exact search never opens index files).
     pub segments: Vec<Arc<LoadedSegment>>,
+    /// The column's `hnsw` segments, opened (when its index is a graph:
+    /// then `segments` is empty).
+    pub graphs: Vec<Arc<HnswSegment>>,
     /// The partition cache.
     pub cache: &'a PartitionCache,
     /// Most shares of work one search runs at once.
@@ -322,7 +326,7 @@ pub fn score_partition(
             }
             Ok(stride)
         }
-        Payload::Pq { .. } | Payload::Rq(_) => Err(Error::Internal(format!(
+        Payload::Pq { .. } | Payload::Rq(_) | Payload::Graph(_) => Err(Error::Internal(format!(
             "partition {p} holds PQ or RaBitQ codes, which scan_code_partition scans"
         ))),
     }
@@ -396,16 +400,22 @@ pub fn refine(
 
 /// Fragments `batch` searches that no segment of the view covers.
 pub fn unindexed(view: &IndexView<'_>, batch: &ValidatedBatch) -> Vec<usize> {
+    unindexed_by(view, batch, |id| {
+        view.segments.iter().any(|s| s.meta.fragments.contains(&id))
+    })
+}
+
+/// Positions of the fragments `batch` searches that `covered` (by
+/// fragment id) says no segment covers.
+pub fn unindexed_by(
+    view: &IndexView<'_>,
+    batch: &ValidatedBatch,
+    covered: impl Fn(u32) -> bool,
+) -> Vec<usize> {
     view.fragments
         .iter()
         .enumerate()
-        .filter(|(_, f)| {
-            batch.searches_fragment(f.meta.id)
-                && !view
-                    .segments
-                    .iter()
-                    .any(|s| s.meta.fragments.contains(&f.meta.id))
-        })
+        .filter(|(_, f)| batch.searches_fragment(f.meta.id) && !covered(f.meta.id))
         .map(|(i, _)| i)
         .collect()
 }

@@ -3,6 +3,7 @@
 
 pub mod ann;
 pub mod exact;
+pub mod graph;
 pub mod materialise;
 pub mod plan;
 pub mod pool;

@@ -112,9 +112,22 @@ impl RowMask {
     }
 
     /// Number of allowed rows.
-    #[cfg(test)]
     pub fn count(&self) -> usize {
         self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// The allowed offsets, ascending.
+    pub fn ones(&self) -> impl Iterator<Item = usize> + '_ {
+        self.words.iter().enumerate().flat_map(|(w, &word)| {
+            let mut bits = word;
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    w * 64 + b
+                })
+            })
+        })
     }
 
     fn size_bytes(&self) -> usize {
@@ -560,6 +573,7 @@ mod tests {
         }
         m.and(&keep);
         assert_eq!(m.count(), 3);
+        assert_eq!(m.ones().collect::<Vec<_>>(), vec![1, 65, 100]);
         assert!(m.any_in(60, 70));
         assert!(!m.any_in(2, 60));
         assert!(!m.any_in(101, 130));

@@ -81,6 +81,11 @@ pub struct Profile {
     pub share_max_ms: f64,
     /// Time merging the shares' per-query heaps, ms.
     pub heap_merge_ms: f64,
+    /// `hnsw`: (query, segment) pairs answered by a walk of the graph.
+    pub graph_walks: u64,
+    /// `hnsw`: (query, segment) pairs scored exactly instead, because the
+    /// query's filter admits few of the segment's rows.
+    pub graph_exact_scans: u64,
 }
 
 impl Profile {
@@ -120,6 +125,12 @@ impl Profile {
             self.merge_ms,
             self.materialise_ms
         ));
+        if self.graph_walks + self.graph_exact_scans > 0 {
+            s.push_str(&format!(
+                "\nhnsw: (query, segment) walks {}  exact scans of filtered rows {}",
+                self.graph_walks, self.graph_exact_scans
+            ));
+        }
         if self.scan_shares > 0 {
             s.push_str(&format!(
                 "\nscan shares {}: {:.2} ms wall, {:.2} ms busy in all ({:.0}% of shares × wall), \

@@ -24,8 +24,10 @@ pub struct ParamsBody {
     pub filter: Option<String>,
     /// `prefilter` (default) or `postfilter`.
     pub filter_mode: Option<FilterMode>,
-    /// Partitions probed per query.
+    /// Partitions probed per query (IVF indexes).
     pub nprobes: Option<usize>,
+    /// Candidates a graph walk keeps per query (`hnsw` indexes).
+    pub ef: Option<usize>,
     /// Rerank (k + offset) × R candidates with exact vectors.
     pub refine_factor: Option<usize>,
     /// Skip fragments no index covers yet.
@@ -45,7 +47,8 @@ impl ParamsBody {
             filter: self.filter,
             filter_mode: self.filter_mode.unwrap_or_default(),
             projection: self.select,
-            nprobes: self.nprobes.map_or_else(Nprobes::default, Nprobes::Fixed),
+            nprobes: self.nprobes.map(Nprobes::Fixed),
+            ef: self.ef,
             refine_factor: self.refine_factor,
         };
         let shared = SharedParams {
@@ -108,8 +111,10 @@ pub struct BatchEntry {
     pub filter: Option<String>,
     /// `prefilter` (default) or `postfilter`.
     pub filter_mode: Option<FilterMode>,
-    /// Partitions probed.
+    /// Partitions probed (IVF indexes).
     pub nprobes: Option<usize>,
+    /// Candidates a graph walk keeps (`hnsw` indexes).
+    pub ef: Option<usize>,
     /// Rerank (k + offset) × R candidates with exact vectors.
     pub refine_factor: Option<usize>,
     /// Columns returned with each hit.
@@ -177,12 +182,13 @@ impl BatchBody {
             || params.filter.is_some()
             || params.filter_mode.is_some()
             || params.nprobes.is_some()
+            || params.ef.is_some()
             || params.refine_factor.is_some()
             || !params.select.is_empty();
         if per_query_beside {
             return Err(Error::InvalidArgument(
                 "with 'queries', each entry gives its own vector, k, offset, filter, \
-                 filter_mode, nprobes, refine_factor and select; only column, version \
+                 filter_mode, nprobes, ef, refine_factor and select; only column, version \
                  and fast_search belong to the batch"
                     .into(),
             ));
@@ -198,7 +204,8 @@ impl BatchBody {
                 filter: e.filter,
                 filter_mode: e.filter_mode.unwrap_or_default(),
                 projection: e.select,
-                nprobes: e.nprobes.map_or_else(Nprobes::default, Nprobes::Fixed),
+                nprobes: e.nprobes.map(Nprobes::Fixed),
+                ef: e.ef,
                 refine_factor: e.refine_factor,
             });
         }
@@ -266,8 +273,10 @@ pub struct RawBatchParams {
     pub filter: Option<String>,
     /// `prefilter` (default) or `postfilter`.
     pub filter_mode: Option<FilterMode>,
-    /// Partitions probed per query.
+    /// Partitions probed per query (IVF indexes).
     pub nprobes: Option<usize>,
+    /// Candidates a graph walk keeps per query (`hnsw` indexes).
+    pub ef: Option<usize>,
     /// Rerank (k + offset) × R candidates with exact vectors.
     pub refine_factor: Option<usize>,
     /// Skip fragments no index covers yet.
@@ -303,6 +312,7 @@ impl RawBatchParams {
                 filter: self.filter,
                 filter_mode: self.filter_mode,
                 nprobes: self.nprobes,
+                ef: self.ef,
                 refine_factor: self.refine_factor,
                 fast_search: self.fast_search,
                 select,

@@ -33,11 +33,15 @@ pub const MAX_SAMPLE_PER_PARTITION: usize = 65_536;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexBody {
-    /// `ivf_flat`, `ivf_pq`, `ivf_sq` or `ivf_rq`.
+    /// `ivf_flat`, `ivf_pq`, `ivf_sq`, `ivf_rq` or `hnsw`.
     #[serde(rename = "type")]
     pub kind: Option<String>,
-    /// Number of partitions (k-means centroids).
+    /// Number of partitions (k-means centroids; IVF indexes).
     pub partitions: Option<usize>,
+    /// Neighbours per node on the upper layers (`hnsw` only; default 16).
+    pub m: Option<usize>,
+    /// Candidates kept while linking a row (`hnsw` only; default 200).
+    pub ef_construction: Option<usize>,
     /// PQ sub-vectors (bytes per code; `ivf_pq` only, divides the dimension).
     pub sub_vectors: Option<usize>,
     /// RaBitQ bits per dimension (`ivf_rq` only; 1 to 8, default 4).
@@ -72,6 +76,8 @@ impl IndexBody {
             let others = self.kind.is_some()
                 || self.partitions.is_some()
                 || self.sub_vectors.is_some()
+                || self.m.is_some()
+                || self.ef_construction.is_some()
                 || self.column.is_some()
                 || self.sample_per_partition.is_some()
                 || self.iterations.is_some()
@@ -91,10 +97,42 @@ impl IndexBody {
         if self.bits.is_some() && self.kind.as_deref() != Some("ivf_rq") {
             return Err(bad("'bits' applies to ivf_rq only"));
         }
+        let graph = self.kind.as_deref() == Some("hnsw");
+        if !graph && (self.m.is_some() || self.ef_construction.is_some()) {
+            return Err(bad("'m' and 'ef_construction' apply to hnsw only"));
+        }
+        if graph {
+            let ivf_only = self.partitions.is_some()
+                || self.sub_vectors.is_some()
+                || self.sample_per_partition.is_some()
+                || self.iterations.is_some();
+            if ivf_only {
+                return Err(bad(
+                    "hnsw takes m and ef_construction (and seed); partitions, sub_vectors, \
+                     sample_per_partition and iterations apply to IVF indexes",
+                ));
+            }
+            let mut params = IndexParams::new(
+                IndexKind::Hnsw {
+                    m: self.m.unwrap_or(IndexKind::DEFAULT_HNSW_M),
+                    ef_construction: self
+                        .ef_construction
+                        .unwrap_or(IndexKind::DEFAULT_EF_CONSTRUCTION),
+                },
+                1,
+            );
+            if let Some(seed) = self.seed {
+                params.seed = seed;
+            }
+            return Ok(Work::Build {
+                column: self.column,
+                params,
+            });
+        }
         let kind =
             match (self.kind.as_deref(), self.sub_vectors) {
                 (None, _) => return Err(bad(
-                    "'type' is required: ivf_flat, ivf_pq, ivf_sq or ivf_rq (or send {\"optimize\": true})",
+                    "'type' is required: ivf_flat, ivf_pq, ivf_sq, ivf_rq or hnsw (or send {\"optimize\": true})",
                 )),
                 (Some("ivf_rq"), None) => IndexKind::IvfRq {
                     bits: self.bits.unwrap_or(IndexKind::DEFAULT_RQ_BITS),
@@ -112,7 +150,7 @@ impl IndexBody {
                 }
                 (Some(other), _) => {
                     return Err(Error::InvalidArgument(format!(
-                        "unknown index type '{}' (ivf_flat, ivf_pq, ivf_sq, ivf_rq)",
+                        "unknown index type '{}' (ivf_flat, ivf_pq, ivf_sq, ivf_rq, hnsw)",
                         other.escape_debug()
                     )))
                 }

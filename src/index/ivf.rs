@@ -108,7 +108,7 @@ fn visible_rows(fragments: &[FragmentView]) -> usize {
 /// `metric` can score ([`Metric::vector_problem`]; ingest enforces it, but
 /// a dataset written before that check may hold a vector that would turn
 /// k-means distances into NaN).
-fn for_each_visible(
+pub(crate) fn for_each_visible(
     fragments: &[FragmentView],
     column: &str,
     dim: usize,
@@ -215,6 +215,9 @@ fn train_model(
     let mut centroids = VectorBlocks::from_rows(dim, &centroid_rows);
     let mut rq = None;
     let (pq, sq) = match params.kind {
+        IndexKind::Hnsw { .. } => {
+            return Err(Error::Internal("an hnsw index has no IVF model".into()))
+        }
         IndexKind::IvfFlat => (None, None),
         IndexKind::IvfSq => (
             None,
@@ -341,8 +344,32 @@ fn kind_code_len(kind: RecordKind, dim: usize) -> usize {
     }
 }
 
+/// The largest `m` an `hnsw` build takes (a node's layer-0 list is `2m`).
+pub const MAX_HNSW_M: usize = 256;
+/// The largest `ef_construction` an `hnsw` build takes.
+pub const MAX_EF_CONSTRUCTION: usize = 4096;
+
 /// Checks build parameters against the data.
 pub fn validate_params(params: &IndexParams, dim: usize, rows: u64) -> Result<()> {
+    if let IndexKind::Hnsw { m, ef_construction } = params.kind {
+        if !(2..=MAX_HNSW_M).contains(&m) {
+            return Err(Error::InvalidArgument(format!(
+                "m must be 2 to {MAX_HNSW_M} for hnsw; got {m}"
+            )));
+        }
+        if ef_construction < m || ef_construction > MAX_EF_CONSTRUCTION {
+            return Err(Error::InvalidArgument(format!(
+                "ef_construction must be at least m ({m}) and at most {MAX_EF_CONSTRUCTION} \
+                 for hnsw; got {ef_construction}"
+            )));
+        }
+        if rows == 0 {
+            return Err(Error::InvalidArgument(
+                "an hnsw index needs at least one row".into(),
+            ));
+        }
+        return Ok(());
+    }
     if params.partitions == 0 {
         return Err(Error::InvalidArgument(
             "partitions must be at least 1".into(),
@@ -583,6 +610,12 @@ impl LoadedSegment {
         let mut at = nlist * dim;
         let mut rq = None;
         let (pq, sq) = match meta.params.kind {
+            IndexKind::Hnsw { .. } => {
+                return Err(Error::Internal(format!(
+                    "segment {} is an hnsw segment, not an IVF one",
+                    meta.id
+                )))
+            }
             IndexKind::IvfFlat => (None, None),
             IndexKind::IvfRq { bits } => {
                 let n = crate::index::rq::padded_dim(dim) * dim;
@@ -650,7 +683,7 @@ impl LoadedSegment {
             key: Arc::from(dir.to_string_lossy().as_ref()),
             format: directory.format,
             record_kind: match meta.params.kind {
-                IndexKind::IvfFlat => RecordKind::Flat,
+                IndexKind::IvfFlat | IndexKind::Hnsw { .. } => RecordKind::Flat,
                 IndexKind::IvfSq => RecordKind::Sq,
                 IndexKind::IvfPq { sub_vectors } => RecordKind::Pq { m: sub_vectors },
                 IndexKind::IvfRq { bits } => RecordKind::Rq {

@@ -67,6 +67,9 @@ pub enum Payload {
     /// RaBitQ codes (IVF_RQ): bit planes in blocks of 64 rows and the
     /// per-row factors, with the l2 centroid terms filled in at load.
     Rq(Box<RqCodes>),
+    /// A whole `hnsw` segment: its graph and float32 vectors (see
+    /// [`crate::index::hnsw::segment`]); never read by the IVF scans.
+    Graph(Box<crate::index::hnsw::segment::GraphBody>),
 }
 
 /// One partition in memory.
@@ -97,6 +100,7 @@ impl Partition {
                 Payload::Sq { codes, .. } => codes.size_bytes(),
                 Payload::Pq { codes, terms } => codes.size_bytes() + terms.size_bytes(),
                 Payload::Rq(codes) => codes.size_bytes(),
+                Payload::Graph(body) => body.size_bytes(),
             }
             + 64
     }

@@ -19,6 +19,7 @@ pub mod blocks;
 pub mod codes;
 pub mod lookup;
 pub mod metric;
+pub mod pair;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;

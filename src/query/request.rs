@@ -118,9 +118,13 @@ pub struct PerQueryParams {
     /// Scalar (or vector) columns to return with each row.
     #[serde(default)]
     pub projection: Vec<String>,
-    /// Partitions to probe.
+    /// Partitions to probe (IVF indexes); 20 when not given.
     #[serde(default)]
-    pub nprobes: Nprobes,
+    pub nprobes: Option<Nprobes>,
+    /// Candidates a graph walk keeps (`hnsw` indexes); at least k, 64
+    /// when not given.
+    #[serde(default)]
+    pub ef: Option<usize>,
     /// Take (k + offset) × r candidates from the index and rerank them
     /// with the exact float32 vectors.
     #[serde(default)]
@@ -212,7 +216,7 @@ macro_rules! own_builders {
             /// Probes this many partitions per index segment.
             pub fn nprobes(mut self, n: usize) -> Self {
                 let $self_ = &mut self;
-                $apply(&mut |p: &mut PerQueryParams| p.nprobes = Nprobes::Fixed(n));
+                $apply(&mut |p: &mut PerQueryParams| p.nprobes = Some(Nprobes::Fixed(n)));
                 self
             }
 
@@ -220,7 +224,17 @@ macro_rules! own_builders {
             /// once enough matching rows were seen (see [`Nprobes::Adaptive`]).
             pub fn adaptive_nprobes(mut self, min: usize, max: usize) -> Self {
                 let $self_ = &mut self;
-                $apply(&mut |p: &mut PerQueryParams| p.nprobes = Nprobes::Adaptive { min, max });
+                $apply(&mut |p: &mut PerQueryParams| {
+                    p.nprobes = Some(Nprobes::Adaptive { min, max })
+                });
+                self
+            }
+
+            /// Keeps `ef` candidates in a graph walk (an `hnsw` index; at
+            /// least k): higher finds more of the true nearest rows, slower.
+            pub fn ef(mut self, ef: usize) -> Self {
+                let $self_ = &mut self;
+                $apply(&mut |p: &mut PerQueryParams| p.ef = Some(ef));
                 self
             }
 
@@ -513,6 +527,9 @@ fn scope_to_split(ids: &[u32], specs: &mut [QuerySpec]) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
+/// The largest `ef` a query may ask for (or the limit on k, when higher).
+pub const MAX_EF: usize = 4096;
+
 /// One validated query's own choices.
 #[derive(Clone, Debug)]
 pub struct QuerySpec {
@@ -526,6 +543,10 @@ pub struct QuerySpec {
     pub filter_mode: FilterMode,
     /// Partitions to probe.
     pub nprobes: Nprobes,
+    /// Whether the query named its nprobes (refused on a graph index).
+    pub nprobes_given: bool,
+    /// Candidates a graph walk keeps, when the query named it.
+    pub ef: Option<usize>,
     /// Refine factor.
     pub refine_factor: Option<usize>,
     /// Projected columns.
@@ -621,7 +642,23 @@ impl ValidatedBatch {
                     other => other,
                 }
             };
-            own.nprobes.validate().map_err(in_query)?;
+            let nprobes = own.nprobes.unwrap_or_default();
+            nprobes.validate().map_err(in_query)?;
+            if let Some(ef) = own.ef {
+                let max_ef = limits.max_k.max(MAX_EF);
+                if ef < k {
+                    return Err(in_query(Error::InvalidArgument(format!(
+                        "ef ({ef}) must be at least k ({k}): a walk returns at most ef rows"
+                    ))));
+                }
+                if ef > max_ef {
+                    return Err(Error::LimitExceeded {
+                        what: "ef",
+                        value: ef,
+                        max: max_ef,
+                    });
+                }
+            }
             if own.refine_factor == Some(0) {
                 return Err(in_query(Error::InvalidArgument(
                     "refine factor must be at least 1".into(),
@@ -662,7 +699,9 @@ impl ValidatedBatch {
                 offset,
                 filter,
                 filter_mode: own.filter_mode,
-                nprobes: own.nprobes,
+                nprobes,
+                nprobes_given: own.nprobes.is_some(),
+                ef: own.ef,
                 refine_factor: own.refine_factor,
                 projection: own.projection,
             });

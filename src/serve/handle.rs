@@ -249,6 +249,7 @@ impl DatasetHandle {
         let (k, offset) = (query.k, query.offset);
         let one = query.into_batch();
         let validated = ValidatedBatch::new(&one, snapshot.schema(), &snapshot.config().limits)?;
+        snapshot.check_index_options(&validated)?;
         let BatchQuery {
             vectors,
             own,

@@ -28,19 +28,40 @@ pub enum IndexKind {
         /// Bits per dimension, 1 to 8.
         bits: usize,
     },
+    /// A graph (HNSW) over the rows' float32 vectors; searched by a walk
+    /// of `ef` candidates, not by partitions.
+    Hnsw {
+        /// Neighbours a node keeps on the upper layers (twice that on
+        /// layer 0).
+        m: usize,
+        /// Candidates kept while a row's neighbours are searched for.
+        ef_construction: usize,
+    },
 }
 
 impl IndexKind {
     /// RaBitQ bits per dimension when none are given.
     pub const DEFAULT_RQ_BITS: usize = 4;
 
-    /// Short name (`ivf_flat`, `ivf_pq`, `ivf_sq`, `ivf_rq`).
+    /// `hnsw`'s `m` when none is given.
+    pub const DEFAULT_HNSW_M: usize = 16;
+    /// `hnsw`'s `ef_construction` when none is given.
+    pub const DEFAULT_EF_CONSTRUCTION: usize = 200;
+
+    /// Whether this is a graph index (searched with `ef`) rather than an
+    /// IVF index (searched with `nprobes`).
+    pub fn is_graph(&self) -> bool {
+        matches!(self, IndexKind::Hnsw { .. })
+    }
+
+    /// Short name (`ivf_flat`, `ivf_pq`, `ivf_sq`, `ivf_rq`, `hnsw`).
     pub fn name(&self) -> &'static str {
         match self {
             IndexKind::IvfFlat => "ivf_flat",
             IndexKind::IvfPq { .. } => "ivf_pq",
             IndexKind::IvfSq => "ivf_sq",
             IndexKind::IvfRq { .. } => "ivf_rq",
+            IndexKind::Hnsw { .. } => "hnsw",
         }
     }
 }
@@ -50,7 +71,7 @@ impl IndexKind {
 pub struct IndexParams {
     /// Index type.
     pub kind: IndexKind,
-    /// Number of partitions (k-means centroids).
+    /// Number of partitions (k-means centroids); not used by `hnsw`.
     pub partitions: usize,
     /// Training sample: at most this many rows per partition.
     pub sample_per_partition: usize,

@@ -48,7 +48,7 @@ fn ivf_flat_probing_every_partition_equals_exact_search() {
             exact.shared.mode = SearchMode::Exact;
             let mut ann = exact.clone();
             ann.shared.mode = SearchMode::PerQuery;
-            ann.own_mut().nprobes = Nprobes::Fixed(16);
+            ann.own_mut().nprobes = Some(Nprobes::Fixed(16));
             assert_eq!(hits(&ds, &ann), hits(&ds, &exact), "{metric} {filter:?}");
         }
     }
@@ -76,7 +76,7 @@ fn recall(ds: &Dataset, qs: &[Vec<f32>], nprobes: usize, refine: Option<usize>) 
     let truth = ds.search_batch(&exact).unwrap();
     let mut ann = BatchQuery::new(qs.to_vec(), 10);
     ann.shared.mode = SearchMode::PerQuery;
-    ann.own_mut().nprobes = Nprobes::Fixed(nprobes);
+    ann.own_mut().nprobes = Some(Nprobes::Fixed(nprobes));
     ann.own_mut().refine_factor = refine;
     let got = ds.search_batch(&ann).unwrap();
     let mut hit = 0;
@@ -202,7 +202,7 @@ fn refine_reranks_with_exact_distances() {
     for refine in [1usize, 4] {
         let mut ann = BatchQuery::new(qs[..20].to_vec(), 5);
         ann.own_mut().refine_factor = Some(refine);
-        ann.own_mut().nprobes = Nprobes::Fixed(16);
+        ann.own_mut().nprobes = Some(Nprobes::Fixed(16));
         let got = ds.search_batch(&ann).unwrap();
         for (qi, hs) in got.hits.iter().enumerate() {
             for h in hs {
@@ -238,7 +238,7 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
         ds.append([Ok(batch_of(&more, 16))]).unwrap();
         let qs = queries(&rows, 25);
         let mut b = BatchQuery::new(qs.clone(), 12);
-        b.own_mut().nprobes = Nprobes::Fixed(3);
+        b.own_mut().nprobes = Some(Nprobes::Fixed(3));
         b.shared.mode = SearchMode::PerQuery;
         // Before optimize the new fragment is scanned exactly; with
         // fast_search it is skipped.
@@ -287,6 +287,7 @@ fn delta_segments_match_a_fresh_index_with_the_same_model() {
             fragments: &fragments,
             indexed: true,
             segments: vec![fresh],
+            graphs: Vec::new(),
             cache: ds.partition_cache(),
             threads: 2,
             pool: ds.session().pool(),
@@ -326,7 +327,7 @@ fn adaptive_probing_is_bounded_and_fills_k_under_selective_filters() {
     for max in [4usize, 12] {
         let mut adaptive = BatchQuery::new(qs[..30].to_vec(), 10);
         adaptive.own_mut().filter = Some(filter.into());
-        adaptive.own_mut().nprobes = Nprobes::Adaptive { min: 2, max };
+        adaptive.own_mut().nprobes = Some(Nprobes::Adaptive { min: 2, max });
         let (res, profile) = ds.explain(&adaptive).unwrap();
         assert!(
             profile.pairs_probed <= (30 * max) as u64,
@@ -335,7 +336,7 @@ fn adaptive_probing_is_bounded_and_fills_k_under_selective_filters() {
         );
         assert!(profile.pairs_probed >= 30 * 2);
         let mut fixed = adaptive.clone();
-        fixed.own_mut().nprobes = Nprobes::Fixed(max);
+        fixed.own_mut().nprobes = Some(Nprobes::Fixed(max));
         let within_max = ds.search_batch(&fixed).unwrap();
         let mut full = 0;
         for (a, f) in res.hits.iter().zip(&within_max.hits) {
@@ -382,8 +383,10 @@ fn bad_index_parameters_and_options_are_refused() {
         f(&mut query);
         ds.search(&query).unwrap_err().to_string()
     };
-    assert!(bad(&|q| q.own_mut().nprobes = Nprobes::Fixed(0)).contains("nprobes"));
-    assert!(bad(&|q| q.own_mut().nprobes = Nprobes::Adaptive { min: 5, max: 2 }).contains("min"));
+    assert!(bad(&|q| q.own_mut().nprobes = Some(Nprobes::Fixed(0))).contains("nprobes"));
+    assert!(
+        bad(&|q| q.own_mut().nprobes = Some(Nprobes::Adaptive { min: 5, max: 2 })).contains("min")
+    );
     assert!(bad(&|q| q.own_mut().refine_factor = Some(0)).contains("refine"));
     assert!(bad(&|q| q.shared.metric = Some(Metric::Cosine)).contains("built for metric l2"));
     // The same metric mismatch searched exactly is fine.
@@ -414,7 +417,7 @@ fn a_corrupt_or_missing_partition_file_is_reported_never_scored() {
     std::fs::write(&path, &bytes).unwrap();
     let reopened = Dataset::open(dir.path()).unwrap();
     let mut q = Query::new(rows[0].vector.clone(), 5);
-    q.own_mut().nprobes = Nprobes::Fixed(4);
+    q.own_mut().nprobes = Some(Nprobes::Fixed(4));
     let err = reopened.search(&q).unwrap_err();
     assert!(
         matches!(err, Error::Corrupt { .. }) && !err.is_user_error(),
@@ -443,7 +446,7 @@ fn a_cache_smaller_than_one_partition_still_answers_correctly() {
     )
     .unwrap();
     let mut b = BatchQuery::new(queries(&rows, 10), 7);
-    b.own_mut().nprobes = Nprobes::Fixed(4);
+    b.own_mut().nprobes = Some(Nprobes::Fixed(4));
     let mut exact = b.clone();
     exact.shared.mode = SearchMode::Exact;
     assert_eq!(hits(&tiny, &b), hits(&tiny, &exact));
@@ -554,7 +557,7 @@ fn optimize_with_two_indexed_columns_builds_one_delta_per_column() {
         let q = vec![vec![0.5f32; dim]; 3];
         let mut indexed = BatchQuery::new(q.clone(), 500);
         indexed.shared.column = Some(column.into());
-        indexed.own_mut().nprobes = Nprobes::Fixed(4);
+        indexed.own_mut().nprobes = Some(Nprobes::Fixed(4));
         let res = ds.search_batch(&indexed).unwrap();
         for hits in &res.hits {
             let mut ids: Vec<u64> = hits.iter().map(|h| h.row_id).collect();
@@ -583,7 +586,7 @@ fn lying_partition_lengths_and_row_counts_are_corrupt() {
         .unwrap();
     let seg = dir.path().join("indices").join(&meta.segments[0].id);
     let mut q = Query::new(rows[0].vector.clone(), 5);
-    q.own_mut().nprobes = Nprobes::Fixed(4);
+    q.own_mut().nprobes = Some(Nprobes::Fixed(4));
     let search = || Dataset::open(dir.path()).unwrap().search(&q);
     let good = search().unwrap();
 

@@ -9,6 +9,7 @@ mod corruption;
 mod engine;
 mod exact;
 mod fuzz;
+mod hnsw;
 mod http;
 mod ingest;
 mod ivf;

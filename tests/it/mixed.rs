@@ -90,13 +90,14 @@ fn random_own(rng: &mut rand::rngs::StdRng) -> PerQueryParams {
             .collect(),
         nprobes: if rng.random_bool(0.4) {
             let min = rng.random_range(1..4);
-            Nprobes::Adaptive {
+            Some(Nprobes::Adaptive {
                 min,
                 max: rng.random_range(min..10),
-            }
+            })
         } else {
-            Nprobes::Fixed(rng.random_range(1..10))
+            Some(Nprobes::Fixed(rng.random_range(1..10)))
         },
+        ef: None,
         refine_factor: rng.random_bool(0.3).then(|| rng.random_range(1..4)),
     }
 }
@@ -178,7 +179,7 @@ fn queries_with_sixteen_filters_share_one_scan() {
     let each: Vec<PerQueryParams> = (0..32)
         .map(|i| PerQueryParams {
             filter: Some(format!("len < {}", 15 + i % 16)),
-            nprobes: Nprobes::Fixed(2),
+            nprobes: Some(Nprobes::Fixed(2)),
             ..PerQueryParams::default()
         })
         .collect();
@@ -245,7 +246,7 @@ fn filters_admitting_zero_one_k_minus_one_and_k_rows() {
         .iter()
         .map(|(sql, _)| PerQueryParams {
             filter: Some(sql.clone()),
-            nprobes: Nprobes::Fixed(8),
+            nprobes: Some(Nprobes::Fixed(8)),
             ..PerQueryParams::default()
         })
         .collect();
@@ -286,9 +287,9 @@ fn cached_filter_results_follow_appends_deletes_and_optimize() {
         .map(|i| PerQueryParams {
             filter: Some(["len < 6", "category = 'noun'", "flag AND len > 20"][i % 3].into()),
             nprobes: if i % 2 == 0 {
-                Nprobes::Fixed(3)
+                Some(Nprobes::Fixed(3))
             } else {
-                Nprobes::Adaptive { min: 1, max: 6 }
+                Some(Nprobes::Adaptive { min: 1, max: 6 })
             },
             ..PerQueryParams::default()
         })
@@ -333,7 +334,7 @@ fn shared_adaptive_probing_reports_its_rounds() {
     let each: Vec<PerQueryParams> = (0..20)
         .map(|i| PerQueryParams {
             filter: Some(if i % 2 == 0 { "len = 3" } else { "len < 25" }.into()),
-            nprobes: Nprobes::Adaptive { min: 1, max: 8 },
+            nprobes: Some(Nprobes::Adaptive { min: 1, max: 8 }),
             refine_factor: (i % 4 == 1).then_some(2),
             ..PerQueryParams::default()
         })
@@ -375,7 +376,7 @@ fn bad_per_query_input_is_refused_naming_the_query() {
         ),
         (
             PerQueryParams {
-                nprobes: Nprobes::Adaptive { min: 5, max: 2 },
+                nprobes: Some(Nprobes::Adaptive { min: 5, max: 2 }),
                 ..good.clone()
             },
             "query 2: adaptive nprobes needs 1 <= min <= max",

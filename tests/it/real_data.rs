@@ -61,9 +61,9 @@ fn cosine_ivf_pq_recall_on_minilm_gcide_meets_the_floor() {
         .map(|i| PerQueryParams {
             filter: Some(format!("len < {}", 8 + i % 16)),
             nprobes: if i % 3 == 0 {
-                Nprobes::Adaptive { min: 4, max: 32 }
+                Some(Nprobes::Adaptive { min: 4, max: 32 })
             } else {
-                Nprobes::Fixed(16)
+                Some(Nprobes::Fixed(16))
             },
             refine_factor: (i % 5 == 0).then_some(3),
             ..PerQueryParams::default()
@@ -121,7 +121,7 @@ fn assert_recall_on_both_paths(ds: &Dataset, qs: &[Vec<f32>], label: &str, floor
     for mode in [SearchMode::Shared, SearchMode::PerQuery] {
         let mut ann = BatchQuery::new(qs.to_vec(), 10);
         ann.shared.mode = mode;
-        ann.own_mut().nprobes = Nprobes::Fixed(16);
+        ann.own_mut().nprobes = Some(Nprobes::Fixed(16));
         let got = ds.search_batch(&ann).unwrap();
         let mut hit = 0;
         for (t, g) in truth.hits.iter().zip(&got.hits) {

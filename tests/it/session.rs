@@ -51,7 +51,7 @@ fn two_datasets_in_one_session_share_one_cache_bound() {
                 .map(|i| rows[(round * 97 + i * 31) % rows.len()].vector.clone())
                 .collect();
             let mut batch = BatchQuery::new(q, 10);
-            batch.own_mut().nprobes = Nprobes::Fixed(4);
+            batch.own_mut().nprobes = Some(Nprobes::Fixed(4));
             let res = ds.search_batch(&batch).unwrap();
             assert!(res.hits.iter().all(|h| h.len() == 10));
             let held = session.partition_cache().weighted_size();
@@ -75,7 +75,7 @@ fn indexed_search_with_projection_never_loads_the_vector_column() {
     let q: Vec<Vec<f32>> = (0..20).map(|i| rows[i * 13].vector.clone()).collect();
     for mode in [SearchMode::Auto, SearchMode::PerQuery] {
         let mut batch = BatchQuery::new(q.clone(), 5);
-        batch.own_mut().nprobes = Nprobes::Fixed(3);
+        batch.own_mut().nprobes = Some(Nprobes::Fixed(3));
         batch.shared.mode = mode;
         batch.own_mut().projection = vec!["category".into()];
         batch.own_mut().filter = Some("len < 20".into());
@@ -117,7 +117,7 @@ fn a_search_cancelled_mid_scan_stops_and_releases_everything() {
     let (ds, rows) = indexed_session_dataset(&session, dir.path(), 20_000, 4);
     let q: Vec<Vec<f32>> = (0..256).map(|i| rows[i * 71].vector.clone()).collect();
     let mut batch = BatchQuery::new(q, 10);
-    batch.own_mut().nprobes = Nprobes::Fixed(16);
+    batch.own_mut().nprobes = Some(Nprobes::Fixed(16));
     let before = ds.search_batch(&batch).unwrap();
     // Cancelled before it starts: nothing runs.
     let token = CancelToken::new();
@@ -179,7 +179,7 @@ fn builder_methods_set_the_same_fields_as_the_struct() {
     by_hand.own_mut().filter_mode = shoal::FilterMode::Postfilter;
     by_hand.own_mut().projection = vec!["category".into()];
     by_hand.shared.column = Some("emb".into());
-    by_hand.own_mut().nprobes = Nprobes::Fixed(3);
+    by_hand.own_mut().nprobes = Some(Nprobes::Fixed(3));
     by_hand.shared.fast_search = true;
     by_hand.shared.version = Some(2);
     by_hand.shared.metric = Some(Metric::L2);
@@ -212,7 +212,10 @@ fn builder_methods_set_the_same_fields_as_the_struct() {
         .mode(SearchMode::PerQuery);
     assert_eq!(b.k, shoal::PerQuery::Each(vec![1, 2]));
     assert_eq!(b.offset, shoal::PerQuery::Each(vec![0, 3]));
-    assert_eq!(b.params_of(1).nprobes, Nprobes::Adaptive { min: 2, max: 8 });
+    assert_eq!(
+        b.params_of(1).nprobes,
+        Some(Nprobes::Adaptive { min: 2, max: 8 })
+    );
     assert_eq!(b.params_of(0).refine_factor, Some(2));
     assert_eq!(b.shared.mode, SearchMode::PerQuery);
     // The built query searches like the hand-made one.
@@ -226,7 +229,7 @@ fn builder_methods_set_the_same_fields_as_the_struct() {
     let mut hand = Query::new(rows[3].vector.clone(), 4);
     hand.own_mut().filter = Some("len < 20".into());
     hand.own_mut().projection = vec!["len".into()];
-    hand.own_mut().nprobes = Nprobes::Fixed(5);
+    hand.own_mut().nprobes = Some(Nprobes::Fixed(5));
     let (built, hand) = (ds.search(&built).unwrap(), ds.search(&hand).unwrap());
     assert_eq!((built.hits, built.projection), (hand.hits, hand.projection));
 }

@@ -81,7 +81,7 @@ proptest! {
         batch.offset = PerQuery::Each(offsets.clone());
         batch.own_mut().filter = filter.map(String::from);
         batch.shared.mode = SearchMode::Shared;
-        batch.own_mut().nprobes = Nprobes::Fixed(nprobes);
+        batch.own_mut().nprobes = Some(Nprobes::Fixed(nprobes));
         let (shared, profile) = f.ds.explain(&batch).unwrap();
         prop_assert_eq!(profile.mode, SearchMode::Shared);
         prop_assert!(profile.distinct_partitions <= profile.pairs_probed);
@@ -90,7 +90,7 @@ proptest! {
             q.offset = offsets[i];
             q.own_mut().filter = filter.map(String::from);
             q.shared.mode = SearchMode::PerQuery;
-            q.own_mut().nprobes = Nprobes::Fixed(nprobes);
+            q.own_mut().nprobes = Some(Nprobes::Fixed(nprobes));
             let alone = f.ds.search(&q).unwrap();
             let a: Vec<(u64, u32)> = alone.hits.iter().map(|h| (h.row_id, h.distance.to_bits())).collect();
             let b: Vec<(u64, u32)> = shared.hits[i].iter().map(|h| (h.row_id, h.distance.to_bits())).collect();
@@ -134,7 +134,7 @@ fn modes_are_the_documented_ones_and_match_the_single_query_path() {
         (
             {
                 let mut b = base.clone();
-                b.own_mut().nprobes = Nprobes::Adaptive { min: 1, max: 4 };
+                b.own_mut().nprobes = Some(Nprobes::Adaptive { min: 1, max: 4 });
                 b
             },
             "shared_scan",
@@ -203,7 +203,7 @@ fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
     let cold = Dataset::open(dir.path()).unwrap();
     let vectors: Vec<Vec<f32>> = rows.iter().step_by(10).map(|r| r.vector.clone()).collect();
     let mut b = BatchQuery::new(vectors.clone(), 5);
-    b.own_mut().nprobes = Nprobes::Fixed(6);
+    b.own_mut().nprobes = Some(Nprobes::Fixed(6));
     let (_, p) = cold.explain(&b).unwrap();
     assert_eq!(p.mode, SearchMode::Shared);
     assert_eq!(p.pairs_probed, 6 * vectors.len() as u64);
@@ -250,7 +250,7 @@ fn each_distinct_partition_is_read_once_per_batch_and_counters_add_up() {
     // ... and reads a partition through once per query that probes it.
     assert!(pq.partition_bytes > p.partition_bytes, "{}", pq.render());
     let mut one = BatchQuery::new(vec![vectors[0].clone()], 5);
-    one.own_mut().nprobes = Nprobes::Fixed(6);
+    one.own_mut().nprobes = Some(Nprobes::Fixed(6));
     let (_, shared_one) = cold.explain(&one).unwrap();
     one.shared.mode = SearchMode::PerQuery;
     let (_, alone) = cold.explain(&one).unwrap();
@@ -267,7 +267,7 @@ fn concurrent_loads_of_one_partition_load_it_once() {
         .unwrap();
     let cold = Dataset::open(dir.path()).unwrap();
     let mut q = Query::new(rows[0].vector.clone(), 3);
-    q.own_mut().nprobes = Nprobes::Fixed(4);
+    q.own_mut().nprobes = Some(Nprobes::Fixed(4));
     std::thread::scope(|s| {
         for _ in 0..8 {
             s.spawn(|| cold.search(&q).unwrap());
@@ -408,7 +408,7 @@ fn a_large_batch_on_four_threads_answers_each_query_as_alone_on_one_thread() {
         let own: Vec<_> = (0..size)
             .map(|i| shoal::PerQueryParams {
                 filter: filters[i % 3].map(String::from),
-                nprobes: Nprobes::Fixed(6),
+                nprobes: Some(Nprobes::Fixed(6)),
                 ..Default::default()
             })
             .collect();

@@ -50,7 +50,7 @@ fn merged_split_searches_equal_the_whole_search() {
         let each: Vec<PerQueryParams> = (0..n)
             .map(|i| PerQueryParams {
                 filter: filters[i % 3].map(String::from),
-                nprobes: Nprobes::Fixed(3),
+                nprobes: Some(Nprobes::Fixed(3)),
                 ..PerQueryParams::default()
             })
             .collect();
@@ -105,7 +105,7 @@ fn split_searches_refuse_what_would_not_merge() {
     refused(post, "postfilter");
     let mut adaptive = base.clone().split([0]);
     adaptive.own = PerQuery::All(PerQueryParams {
-        nprobes: Nprobes::Adaptive { min: 1, max: 4 },
+        nprobes: Some(Nprobes::Adaptive { min: 1, max: 4 }),
         ..PerQueryParams::default()
     });
     refused(adaptive, "adaptive nprobes");

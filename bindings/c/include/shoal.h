@@ -87,6 +87,9 @@ typedef struct ShoalSearchOptions {
   uint32_t offset;
   // IVF partitions probed per query; 0: the default (20).
   uint32_t nprobes;
+  // Candidates a graph walk keeps per query (`hnsw` indexes; at least
+  // k); 0: the default (64).
+  uint32_t ef;
   // Nonzero: search exactly, without the index.
   int32_t exact;
   // The split searched (fragment ids from [`shoal_dataset_splits`]);
@@ -206,7 +209,7 @@ void shoal_cancel_trigger(const struct ShoalCancel *cancel);
 // that no running search still uses.
 void shoal_cancel_free(struct ShoalCancel *cancel);
 
-// The default options: k 10, offset 0, default nprobes, no filter, no
+// The default options: k 10, offset 0, default nprobes and ef, no filter, no
 // projection, the whole snapshot.
 struct ShoalSearchOptions shoal_search_options_default(void);
 

@@ -443,6 +443,9 @@ pub struct ShoalSearchOptions {
     pub offset: u32,
     /// IVF partitions probed per query; 0: the default (20).
     pub nprobes: u32,
+    /// Candidates a graph walk keeps per query (`hnsw` indexes; at least
+    /// k); 0: the default (64).
+    pub ef: u32,
     /// Nonzero: search exactly, without the index.
     pub exact: i32,
     /// The split searched (fragment ids from [`shoal_dataset_splits`]);
@@ -458,7 +461,7 @@ pub struct ShoalSearchOptions {
     pub cancel: *const ShoalCancel,
 }
 
-/// The default options: k 10, offset 0, default nprobes, no filter, no
+/// The default options: k 10, offset 0, default nprobes and ef, no filter, no
 /// projection, the whole snapshot.
 #[no_mangle]
 pub extern "C" fn shoal_search_options_default() -> ShoalSearchOptions {
@@ -469,6 +472,7 @@ pub extern "C" fn shoal_search_options_default() -> ShoalSearchOptions {
         k: 10,
         offset: 0,
         nprobes: 0,
+        ef: 0,
         exact: 0,
         split: std::ptr::null(),
         split_len: 0,
@@ -576,7 +580,10 @@ fn build_batch(
         ..PerQueryParams::default()
     };
     if o.nprobes > 0 {
-        own.nprobes = Nprobes::Fixed(o.nprobes as usize);
+        own.nprobes = Some(Nprobes::Fixed(o.nprobes as usize));
+    }
+    if o.ef > 0 {
+        own.ef = Some(o.ef as usize);
     }
     if o.project_len > 0 {
         if o.project.is_null() {

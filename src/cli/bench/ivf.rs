@@ -28,8 +28,10 @@ pub struct IvfBenchOptions {
     pub kinds: Vec<shoal::IndexKind>,
     /// Partitions.
     pub partitions: usize,
-    /// nprobes values.
+    /// nprobes values (IVF indexes).
     pub nprobes: Vec<usize>,
+    /// ef values (hnsw indexes).
+    pub efs: Vec<usize>,
     /// k.
     pub k: usize,
     /// Write the base, queries and ground truth used here as
@@ -47,8 +49,10 @@ pub struct IvfRow {
     /// Bytes of the index's files (`partitions.bin`, `model.bin`,
     /// `segment.json`).
     pub index_bytes: u64,
-    /// nprobes.
+    /// nprobes (IVF) or ef (hnsw).
     pub nprobes: usize,
+    /// Which of the two `nprobes` is.
+    pub knob: &'static str,
     /// recall@k against the ground truth.
     pub recall: f64,
     /// Queries per second, one `search` call per query.
@@ -150,14 +154,22 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
             .iter()
             .map(|seg| dir_bytes(&cleanup.0.join("indices").join(&seg.id)))
             .sum::<u64>();
-        for &np in &opts.nprobes {
+        let (knob, values) = if kind.is_graph() {
+            ("ef", &opts.efs)
+        } else {
+            ("nprobes", &opts.nprobes)
+        };
+        for &np in values {
             let mut found = Vec::with_capacity(queries.len());
             let single: Vec<Query> = queries
                 .iter()
                 .map(|v| {
-                    Query::new(v.clone(), opts.k)
-                        .mode(shoal::SearchMode::PerQuery)
-                        .nprobes(np)
+                    let q = Query::new(v.clone(), opts.k).mode(shoal::SearchMode::PerQuery);
+                    if kind.is_graph() {
+                        q.ef(np.max(opts.k))
+                    } else {
+                        q.nprobes(np)
+                    }
                 })
                 .collect();
             // Warm the partition cache, then time one pass.
@@ -179,16 +191,20 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
                 index: match kind {
                     shoal::IndexKind::IvfRq { bits: 1 } => "ivf_rq 1 bit".into(),
                     shoal::IndexKind::IvfRq { bits } => format!("ivf_rq {bits} bits"),
+                    shoal::IndexKind::Hnsw { m, ef_construction } => {
+                        format!("hnsw m {m} efc {ef_construction}")
+                    }
                     _ => kind.name().into(),
                 },
                 build_s,
                 index_bytes,
                 nprobes: np,
+                knob,
                 recall: recall_at_k(&found, &truth, opts.k),
                 qps_one_at_a_time: qps,
             });
             let r = rows_measured.last().map(|r| r.recall).unwrap_or(0.0);
-            eprintln!("  nprobes {np}: recall@{} {r:.3}, {qps:.0} QPS", opts.k);
+            eprintln!("  {knob} {np}: recall@{} {r:.3}, {qps:.0} QPS", opts.k);
         }
     }
     let report = IvfReport {
@@ -205,14 +221,14 @@ pub fn run_ivf(opts: &IvfBenchOptions, config: &Config) -> Result<IvfReport> {
         report.rows, report.dim, report.queries, report.metric, report.partitions, report.k
     );
     println!(
-        "\n| index | build (s) | index bytes | nprobes | recall@{} | QPS |",
+        "\n| index | build (s) | index bytes | nprobes / ef | recall@{} | QPS |",
         report.k
     );
     println!("|---|---:|---:|---:|---:|---:|");
     for r in &report.rows_measured {
         println!(
-            "| {} | {:.2} | {} | {} | {:.3} | {:.0} |",
-            r.index, r.build_s, r.index_bytes, r.nprobes, r.recall, r.qps_one_at_a_time
+            "| {} | {:.2} | {} | {} {} | {:.3} | {:.0} |",
+            r.index, r.build_s, r.index_bytes, r.knob, r.nprobes, r.recall, r.qps_one_at_a_time
         );
     }
     Ok(report)

@@ -79,6 +79,9 @@ pub struct QueryShape {
     pub filters: Vec<String>,
     /// Partitions probed.
     pub nprobes: shoal::Nprobes,
+    /// A graph walk's candidates (an hnsw dataset); then `nprobes` is not
+    /// sent.
+    pub ef: Option<usize>,
     /// Refine factor.
     pub refine_factor: Option<usize>,
 }
@@ -93,6 +96,7 @@ impl QueryShape {
         filters: usize,
         nprobes: usize,
         adaptive: &[usize],
+        ef: Option<usize>,
         refine_factor: Option<usize>,
     ) -> Result<QueryShape> {
         if filters == 0 {
@@ -130,6 +134,7 @@ impl QueryShape {
         Ok(QueryShape {
             filters,
             nprobes,
+            ef,
             refine_factor,
         })
     }
@@ -139,7 +144,8 @@ impl QueryShape {
         shoal::PerQueryParams {
             filter: (!self.filters.is_empty())
                 .then(|| self.filters[i % self.filters.len()].clone()),
-            nprobes: self.nprobes,
+            nprobes: self.ef.is_none().then_some(self.nprobes),
+            ef: self.ef,
             refine_factor: self.refine_factor,
             ..shoal::PerQueryParams::default()
         }
@@ -147,9 +153,12 @@ impl QueryShape {
 
     /// One line saying what the queries ask for.
     pub fn describe(&self) -> String {
-        let probes = match self.nprobes {
-            shoal::Nprobes::Fixed(n) => format!("nprobes = {n}"),
-            shoal::Nprobes::Adaptive { min, max } => format!("adaptive nprobes {min}..{max}"),
+        let probes = match (self.ef, self.nprobes) {
+            (Some(ef), _) => format!("ef = {ef}"),
+            (None, shoal::Nprobes::Fixed(n)) => format!("nprobes = {n}"),
+            (None, shoal::Nprobes::Adaptive { min, max }) => {
+                format!("adaptive nprobes {min}..{max}")
+            }
         };
         let filters = match self.filters.len() {
             0 => "no filter".to_string(),

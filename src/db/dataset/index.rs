@@ -4,9 +4,11 @@
 
 use super::{Commit, Dataset};
 use crate::error::{Error, Result};
+use crate::index::hnsw::segment::{build_hnsw_segment, HnswSegment};
 use crate::index::ivf::{build_segment, validate_params, LoadedSegment, INDICES_DIR};
-use crate::index::{IndexParams, IndexSegmentMeta, PartitionCache};
+use crate::index::{IndexKind, IndexParams, IndexSegmentMeta, PartitionCache};
 use crate::progress::Progress;
+use crate::query::{SearchMode, ValidatedBatch};
 use crate::storage::manifest::{commit_manifest, sync_dir};
 use crate::storage::FragmentView;
 use std::sync::Arc;
@@ -20,9 +22,70 @@ impl Dataset {
         self.manifest
             .indices
             .iter()
-            .filter(|m| m.column == column)
+            .filter(|m| m.column == column && !m.params.kind.is_graph())
             .map(|meta| self.session.segment(&self.root, meta, dim))
             .collect()
+    }
+
+    /// The `hnsw` segments of `column` in this version, opened. Internal
+    /// (tests).
+    #[doc(hidden)]
+    pub fn graph_segments(&self, column: &str) -> Result<Vec<Arc<HnswSegment>>> {
+        let (_, dim, _) = self.schema().vector_column(Some(column))?;
+        self.manifest
+            .indices
+            .iter()
+            .filter(|m| m.column == column && m.params.kind.is_graph())
+            .map(|meta| self.session.graph_segment(&self.root, meta, dim))
+            .collect()
+    }
+
+    /// The kind of `column`'s index in this version, if it has one.
+    pub fn index_kind(&self, column: &str) -> Option<IndexKind> {
+        self.manifest
+            .indices
+            .iter()
+            .find(|m| m.column == column)
+            .map(|m| m.params.kind)
+    }
+
+    /// Refuses a search option that the column's index does not take:
+    /// `ef` on an IVF index, `nprobes` on an `hnsw` index (a query that
+    /// does not use the index takes either).
+    pub(crate) fn check_index_options(&self, batch: &ValidatedBatch) -> Result<()> {
+        if batch.mode == SearchMode::Exact || !batch.use_index {
+            return Ok(());
+        }
+        let Some(kind) = self.index_kind(&batch.column) else {
+            return Ok(());
+        };
+        let named = |qi: usize| {
+            if batch.len() > 1 {
+                format!("query {qi}: ")
+            } else {
+                String::new()
+            }
+        };
+        for (qi, spec) in batch.specs.iter().enumerate() {
+            if kind.is_graph() && spec.nprobes_given {
+                return Err(Error::InvalidArgument(format!(
+                    "{}nprobes applies to IVF indexes; the index on column '{}' is hnsw, \
+                     which takes ef (candidates kept by the graph walk)",
+                    named(qi),
+                    batch.column
+                )));
+            }
+            if !kind.is_graph() && spec.ef.is_some() {
+                return Err(Error::InvalidArgument(format!(
+                    "{}ef applies to hnsw indexes; the index on column '{}' is {}, \
+                     which takes nprobes (partitions probed)",
+                    named(qi),
+                    batch.column,
+                    kind.name()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The partition cache (the session's, shared by all its datasets).
@@ -64,16 +127,21 @@ impl Dataset {
         validate_params(&params, dim, self.count_rows())?;
         let fragments = self.fragments()?;
         let progress = self.progress.clone();
-        let (meta, _) = build_segment(
-            &self.root,
-            &column,
-            dim,
-            metric,
-            &params,
-            &fragments,
-            None,
-            &mut reporter(progress.as_ref()),
-        )?;
+        let meta = if params.kind.is_graph() {
+            self.build_graph(&column, dim, metric, &params, &fragments)?
+        } else {
+            build_segment(
+                &self.root,
+                &column,
+                dim,
+                metric,
+                &params,
+                &fragments,
+                None,
+                &mut reporter(progress.as_ref()),
+            )?
+            .0
+        };
         self.commit_indices("create_index", &column, false, vec![meta.clone()])?;
         Ok(self.commit_answer(meta.rows, vec![meta]))
     }
@@ -96,6 +164,21 @@ impl Dataset {
         let progress = self.progress.clone();
         let mut built = Vec::new();
         for column in columns {
+            let (_, dim, _) = self.schema().vector_column(Some(&column))?;
+            let graphs = self.graph_segments(&column)?;
+            if let Some(base) = graphs.first() {
+                // A delta graph over the fragments no graph covers.
+                let todo: Vec<FragmentView> = fragments
+                    .iter()
+                    .filter(|f| !graphs.iter().any(|s| s.meta.fragments.contains(&f.meta.id)))
+                    .cloned()
+                    .collect();
+                if !todo.is_empty() {
+                    let (metric, params) = (base.meta.metric, base.meta.params.clone());
+                    built.push(self.build_graph(&column, dim, metric, &params, &todo)?);
+                }
+                continue;
+            }
             let segments = self.segments(&column)?;
             let Some(base) = segments
                 .iter()
@@ -116,7 +199,6 @@ impl Dataset {
             if todo.is_empty() {
                 continue;
             }
-            let (_, dim, _) = self.schema().vector_column(Some(&column))?;
             let (meta, _) = build_segment(
                 &self.root,
                 &column,
@@ -153,6 +235,39 @@ impl Dataset {
             })?;
         let column = column.to_string();
         self.create_index(Some(&column), params)
+    }
+}
+
+impl Dataset {
+    /// Builds an `hnsw` segment over `fragments`, its neighbour searches
+    /// on the session's scan threads.
+    fn build_graph(
+        &self,
+        column: &str,
+        dim: usize,
+        metric: crate::kernel::Metric,
+        params: &IndexParams,
+        fragments: &[FragmentView],
+    ) -> Result<IndexSegmentMeta> {
+        let pool = self.session.pool();
+        let parallel = |shares: usize, task: &(dyn Fn(usize) + Sync)| {
+            // A share that fails (a panic) leaves its nodes unsearched;
+            // the build searches them itself (see `HnswGraph::build`).
+            let _ = pool.run(shares, |share| {
+                task(share);
+                Ok(())
+            });
+        };
+        build_hnsw_segment(
+            &self.root,
+            column,
+            dim,
+            metric,
+            params,
+            fragments,
+            &parallel,
+            &mut reporter(self.progress.as_ref()),
+        )
     }
 }
 

@@ -55,6 +55,7 @@ impl Dataset {
             None => self.clone(),
         };
         let validated = ValidatedBatch::new(batch, snapshot.schema(), &self.config().limits)?;
+        snapshot.check_index_options(&validated)?;
         let fragments = snapshot.fragments()?;
         let indexed = snapshot
             .manifest
@@ -63,11 +64,15 @@ impl Dataset {
             .any(|m| m.column == validated.column);
         // An exact search never opens the index: damaged index files must
         // not stop it.
-        let mut segments = if validated.mode == SearchMode::Exact || !validated.use_index {
-            Vec::new()
-        } else {
-            snapshot.segments(&validated.column)?
-        };
+        let (mut segments, mut graphs) =
+            if validated.mode == SearchMode::Exact || !validated.use_index {
+                (Vec::new(), Vec::new())
+            } else {
+                (
+                    snapshot.segments(&validated.column)?,
+                    snapshot.graph_segments(&validated.column)?,
+                )
+            };
         if let Some(split) = &validated.split {
             if let Some(id) = split
                 .iter()
@@ -79,17 +84,16 @@ impl Dataset {
                 )));
             }
             // A segment with no fragment in the split has no row to give.
-            segments.retain(|s| {
-                s.meta
-                    .fragments
-                    .iter()
-                    .any(|f| split.binary_search(f).is_ok())
-            });
+            let in_split =
+                |fragments: &[u32]| fragments.iter().any(|f| split.binary_search(f).is_ok());
+            segments.retain(|s| in_split(&s.meta.fragments));
+            graphs.retain(|s| in_split(&s.meta.fragments));
         }
         let view = exec::ann::IndexView {
             fragments: &fragments,
             indexed,
             segments,
+            graphs,
             cache: self.session.partition_cache(),
             threads: self.config().scan_threads(),
             pool: self.session.pool(),

@@ -1,10 +1,6 @@
-//! HNSW graph (Malkov & Yashunin, 2016): the walk behind the `hnsw` index
-//! kind of issue 45 — its build and its search, over any distance.
-//!
-//! Not wired into datasets yet: the segment format, the scan driver,
-//! filters from the prefilter and the quantized traversal come next (see
-//! ARCHITECTURE.md, "Not built yet"). This module is the graph alone, so
-//! that it can be built and tested on its own first.
+//! The HNSW graph (Malkov & Yashunin, 2016) alone, over any distance:
+//! its build, its walk and its bytes on disk. The segment around it (rows,
+//! vectors, files, loading) is [`super::segment`].
 //!
 //! * Nodes are `0..n` (a segment's rows in order). Node `i` gets a top
 //!   layer `⌊−ln U · m_L⌋` (`m_L = 1 / ln m`) from a generator seeded by
@@ -24,13 +20,20 @@
 //!   so that copies of one vector do not all link to the same few.
 //! * Known limit: more than `2m` exact copies of one vector fill each
 //!   other's layer-0 lists, and a walk that enters them cannot leave
-//!   (measured: 67 copies among 200 rows left 68 rows reachable). Copies
-//!   are to be kept beside one node when the index is wired in.
-#![cfg_attr(not(test), allow(dead_code))]
+//!   (measured: 67 copies among 200 rows left 68 rows reachable).
 
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+
+/// Nodes a build adds one at a time before it adds them in chunks.
+pub const SEQUENTIAL_NODES: usize = 1024;
+/// Nodes a build adds per chunk (their searches run in parallel).
+pub const CHUNK_NODES: usize = 256;
+
+/// Runs `task(share)` for every share of `0..shares`, on threads or not,
+/// and returns when all have run (how a build's chunk is shared out).
+pub type Parallel<'a> = &'a dyn Fn(usize, &(dyn Fn(usize) + Sync));
 
 /// Marks an empty neighbour slot.
 const NONE: u32 = u32::MAX;
@@ -118,10 +121,21 @@ pub struct HnswGraph {
 impl HnswGraph {
     /// Builds the graph of `n` nodes, `between(a, b)` their distance
     /// (symmetric). Fails on `m < 2` or `ef_construction < m`.
+    ///
+    /// After the first [`SEQUENTIAL_NODES`], nodes are added in chunks of
+    /// [`CHUNK_NODES`]: each chunk's neighbour searches run in parallel
+    /// against the graph as it stood before the chunk (`parallel(shares,
+    /// task)` runs `task(0..shares)`, on threads or not), then its nodes
+    /// are linked one by one, each also offered the chunk's earlier nodes
+    /// as candidates. The chunks are fixed, so the graph depends on its
+    /// inputs alone, not on how many threads ran. `progress(done)` is
+    /// called after each chunk.
     pub fn build(
         n: usize,
         params: HnswParams,
-        between: impl Fn(u32, u32) -> f32,
+        parallel: Parallel<'_>,
+        progress: &mut dyn FnMut(usize),
+        between: impl Fn(u32, u32) -> f32 + Sync,
     ) -> Result<HnswGraph, String> {
         let HnswParams {
             m,
@@ -163,9 +177,45 @@ impl HnswGraph {
             levels,
             entry: 0,
         };
-        let mut visited = Visited::new(n);
-        for node in 1..n as u32 {
-            graph.insert(node, ef_construction, &between, &mut visited);
+        let mut next = 1usize;
+        while next < n {
+            let size = if next < SEQUENTIAL_NODES {
+                1
+            } else {
+                CHUNK_NODES
+            };
+            let chunk = next..(next + size).min(n);
+            let found: Vec<std::sync::OnceLock<Vec<Vec<Near>>>> =
+                chunk.clone().map(|_| std::sync::OnceLock::new()).collect();
+            let shares = chunk.len().min(64);
+            {
+                let graph = &graph;
+                let (found, between, chunk) = (&found, &between, chunk.clone());
+                let task = move |share: usize| {
+                    for (i, node) in chunk.clone().enumerate().skip(share).step_by(shares) {
+                        let _ = found[i].set(graph.find(node as u32, ef_construction, between));
+                    }
+                };
+                if shares == 1 {
+                    task(0);
+                } else {
+                    parallel(shares, &task);
+                }
+            }
+            // A share that did not run (a failed helper) is searched here.
+            let lists: Vec<Vec<Vec<Near>>> = found
+                .into_iter()
+                .zip(chunk.clone())
+                .map(|(f, node)| {
+                    f.into_inner()
+                        .unwrap_or_else(|| graph.find(node as u32, ef_construction, &between))
+                })
+                .collect();
+            for (lists, node) in lists.into_iter().zip(chunk.clone()) {
+                graph.connect(node as u32, lists, chunk.start as u32, &between);
+            }
+            next = chunk.end;
+            progress(next);
         }
         Ok(graph)
     }
@@ -214,14 +264,10 @@ impl HnswGraph {
         self.levels[self.entry as usize] as usize
     }
 
-    /// Adds `node` (every node below it is in the graph already).
-    fn insert(
-        &mut self,
-        node: u32,
-        ef: usize,
-        between: &impl Fn(u32, u32) -> f32,
-        visited: &mut Visited,
-    ) {
+    /// The candidates for `node`'s neighbours on each of its layers that
+    /// the graph has (index = layer), the `ef` nearest found there; the
+    /// graph is only read.
+    fn find(&self, node: u32, ef: usize, between: &impl Fn(u32, u32) -> f32) -> Vec<Vec<Near>> {
         let level = self.levels[node as usize] as usize;
         let top = self.top();
         let to_node = |other: u32| between(node, other);
@@ -229,18 +275,53 @@ impl HnswGraph {
         for layer in (level + 1..=top).rev() {
             nearest = self.greedy(&to_node, nearest, layer);
         }
+        let mut out = vec![Vec::new(); level.min(top) + 1];
         let mut entries = vec![nearest];
-        for layer in (0..=level.min(top)).rev() {
-            let found = self.search_layer(&to_node, &entries, ef, layer, visited, &|_| true);
+        WALK_SCRATCH.with(|scratch| {
+            let mut visited = scratch.borrow_mut();
+            if visited.stamp.len() < self.len() {
+                *visited = Visited::new(self.len());
+            }
+            for layer in (0..=level.min(top)).rev() {
+                let found =
+                    self.search_layer(&to_node, &entries, ef, layer, &mut visited, &|_| true);
+                entries.clone_from(&found);
+                out[layer] = found;
+            }
+        });
+        out
+    }
+
+    /// Links `node` on each of its layers to the best of `found` (from
+    /// [`HnswGraph::find`]) and of the nodes `peers_from..node` added in
+    /// the same chunk, and those back to it.
+    fn connect(
+        &mut self,
+        node: u32,
+        mut found: Vec<Vec<Near>>,
+        peers_from: u32,
+        between: &impl Fn(u32, u32) -> f32,
+    ) {
+        let level = self.levels[node as usize] as usize;
+        found.resize(level + 1, Vec::new());
+        let top = self.top();
+        for (layer, mut candidates) in found.into_iter().enumerate() {
+            for peer in peers_from..node {
+                if self.levels[peer as usize] as usize >= layer
+                    && !candidates.iter().any(|c| c.1 == peer)
+                {
+                    candidates.push(Near(between(node, peer), peer));
+                }
+            }
+            candidates.sort();
             let keep = if layer == 0 { 2 * self.m } else { self.m };
-            let chosen = select(&spread_ties(node, found.clone()), keep, between);
+            let chosen = select(&spread_ties(node, candidates), keep, between);
             for (slot, near) in self.links_mut(node, layer).iter_mut().zip(&chosen) {
                 *slot = near.1;
             }
             for near in &chosen {
                 self.link_back(near.1, node, near.0, layer, keep, between);
             }
-            entries = found;
         }
         if level > top {
             self.entry = node;
@@ -367,11 +448,104 @@ impl HnswGraph {
         for layer in (1..=self.top()).rev() {
             at = self.greedy(&dist, at, layer);
         }
-        let mut visited = Visited::new(self.len());
-        let mut found = self.search_layer(&dist, &[at], ef.max(k), 0, &mut visited, admit);
+        let mut found = WALK_SCRATCH.with(|scratch| {
+            let mut visited = scratch.borrow_mut();
+            if visited.stamp.len() < self.len() {
+                *visited = Visited::new(self.len());
+            }
+            self.search_layer(&dist, &[at], ef.max(k), 0, &mut visited, admit)
+        });
         found.truncate(k);
         found.into_iter().map(|Near(d, n)| (d, n)).collect()
     }
+
+    /// Neighbours a node keeps on the upper layers.
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
+    /// The graph's bytes: the entry node, each node's top layer, then
+    /// every slot of layer 0 and of the upper layers, little-endian.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + self.len() + 4 * (self.base.len() + self.upper.len()));
+        out.extend_from_slice(&self.entry.to_le_bytes());
+        out.extend_from_slice(&self.levels);
+        for slot in self.base.iter().chain(&self.upper) {
+            out.extend_from_slice(&slot.to_le_bytes());
+        }
+        out
+    }
+
+    /// A graph of `n` nodes and `m` from [`HnswGraph::to_bytes`]; every
+    /// field is checked (layers, lengths, links inside the graph, the
+    /// entry on the top layer), so that no byte can send a walk out of
+    /// bounds.
+    pub fn from_bytes(n: usize, m: usize, bytes: &[u8]) -> Result<HnswGraph, String> {
+        if m < 2 || n >= NONE as usize {
+            return Err(format!(
+                "{n} nodes with m {m} is not a graph this build makes"
+            ));
+        }
+        if bytes.len() < 4 + n {
+            return Err("the graph is shorter than its layers".into());
+        }
+        let entry = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let levels = bytes[4..4 + n].to_vec();
+        if levels.iter().any(|&l| l as usize > MAX_LEVEL) {
+            return Err("a node's layer is above the highest this build draws".into());
+        }
+        let mut upper_start = Vec::with_capacity(n);
+        let mut slots = 0usize;
+        for &l in &levels {
+            upper_start.push(slots);
+            slots += l as usize * m;
+        }
+        let base_len = n * 2 * m;
+        let rest = &bytes[4 + n..];
+        if rest.len() != 4 * (base_len + slots) {
+            return Err(format!(
+                "the graph has {} bytes of links, its layers need {}",
+                rest.len(),
+                4 * (base_len + slots)
+            ));
+        }
+        let all: Vec<u32> = rest
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if all.iter().any(|&o| o != NONE && o as usize >= n) {
+            return Err("a link points outside the graph".into());
+        }
+        let (base, upper) = all.split_at(base_len);
+        let graph = HnswGraph {
+            m,
+            levels,
+            base: base.to_vec(),
+            upper_start,
+            upper: upper.to_vec(),
+            entry,
+        };
+        if n > 0 {
+            let top = graph.levels.iter().copied().max().unwrap_or(0);
+            if entry as usize >= n || graph.levels[entry as usize] != top {
+                return Err("the entry node is not on the top layer".into());
+            }
+        } else if entry != 0 {
+            return Err("an empty graph has no entry node".into());
+        }
+        Ok(graph)
+    }
+
+    /// Bytes held in memory.
+    pub fn size_bytes(&self) -> usize {
+        self.levels.len() + 8 * self.upper_start.len() + 4 * (self.base.len() + self.upper.len())
+    }
+}
+
+thread_local! {
+    /// Each thread's visited marks, reused by its walks (a walk clears
+    /// them by moving to the next generation, not by writing them).
+    static WALK_SCRATCH: std::cell::RefCell<Visited> = std::cell::RefCell::new(Visited::new(0));
 }
 
 /// `candidates` of `node`'s list (ascending by distance), with each run of
@@ -451,9 +625,25 @@ mod tests {
                 ef_construction: 100,
                 seed,
             },
+            &in_turn,
+            &mut |_| {},
             |a, b| l2(row(a), row(b)),
         )
         .unwrap()
+    }
+
+    /// Runs every share on the calling thread.
+    fn in_turn(shares: usize, task: &(dyn Fn(usize) + Sync)) {
+        (0..shares).for_each(task)
+    }
+
+    /// Runs the shares on `shares` threads.
+    fn on_threads(shares: usize, task: &(dyn Fn(usize) + Sync)) {
+        std::thread::scope(|s| {
+            for share in 0..shares {
+                s.spawn(move || task(share));
+            }
+        });
     }
 
     /// Recall@10 against brute force on clustered data, with and without a
@@ -466,6 +656,25 @@ mod tests {
         let queries = data.split_off(n * dim);
         let g = graph(&data, dim, 12, 7);
         assert_eq!(g, graph(&data, dim, 12, 7), "seeded: the same graph");
+        let row = |i: u32| &data[i as usize * dim..(i as usize + 1) * dim];
+        let threaded = HnswGraph::build(
+            n,
+            HnswParams {
+                m: 12,
+                ef_construction: 100,
+                seed: 7,
+            },
+            &on_threads,
+            &mut |_| {},
+            |a, b| l2(row(a), row(b)),
+        )
+        .unwrap();
+        assert_eq!(g, threaded, "the same graph whatever runs the chunks");
+        assert_eq!(
+            HnswGraph::from_bytes(n, 12, &g.to_bytes()).unwrap(),
+            g,
+            "bytes round-trip"
+        );
         assert!(g.levels.iter().any(|&l| l > 0), "upper layers exist");
         let odd = |i: u32| i % 2 == 1;
         for (admit, floor) in [(&(|_| true) as &dyn Fn(u32) -> bool, 0.95), (&odd, 0.9)] {
@@ -494,6 +703,8 @@ mod tests {
                     ef_construction: ef,
                     seed: 1,
                 },
+                &in_turn,
+                &mut |_| {},
                 |_, _| 0.0,
             )
         };
@@ -529,6 +740,8 @@ mod tests {
                 ef_construction: 8,
                 seed: 0
             },
+            &in_turn,
+            &mut |_| {},
             |_, _| 0.0
         )
         .unwrap()

@@ -1,0 +1,323 @@
+//! An `hnsw` index segment: the graph over the segment's rows, with the
+//! rows' ids and float32 vectors, as files and in memory.
+//!
+//! ```text
+//! indices/<segment-id>/hnsw.json    format, dim, rows, m; length + CRC-32 of the two files below
+//! indices/<segment-id>/vectors.bin  row ids (u64 × rows), then the vectors (f32 × rows × dim), as stored
+//! indices/<segment-id>/graph.bin    entry node, each node's top layer, layer-0 and upper-layer links
+//! ```
+//!
+//! The walk reads the vectors kept here (not the fragments'), so that a
+//! search touches one contiguous array; the rows' norms are computed at
+//! load by the FMA chain every kernel uses. A loaded segment is one entry
+//! of the partition cache (partition 0 of the segment's key), weighed by
+//! its bytes like any partition.
+
+use super::graph::{HnswGraph, HnswParams, Parallel};
+use crate::error::{Error, Result};
+use crate::index::cache::PartitionCache;
+use crate::index::ivf::for_each_visible;
+use crate::index::partition::{Partition, Payload};
+use crate::kernel::pair::PairDot;
+use crate::kernel::{fma_dot, Metric};
+use crate::storage::checksum::FileChecksum;
+use crate::storage::index_meta::{IndexKind, IndexParams, IndexSegmentMeta, INDICES_DIR};
+use crate::storage::manifest::write_synced;
+use crate::storage::{DatasetRoot, FragmentView};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// The `hnsw.json` format this build writes and reads.
+const HNSW_FORMAT: u32 = 1;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HnswDirectory {
+    format: u32,
+    dim: usize,
+    rows: u64,
+    m: usize,
+    vectors: FileChecksum,
+    graph: FileChecksum,
+}
+
+/// A loaded segment: what a walk reads.
+#[derive(Debug)]
+pub struct GraphBody {
+    /// The graph over nodes `0..rows`.
+    pub graph: HnswGraph,
+    /// Dimension.
+    pub dim: usize,
+    /// Row-major vectors, node `i` at `i × dim`.
+    pub vectors: Vec<f32>,
+    /// ‖x‖² of each node's vector (the FMA chain).
+    pub norms_sq: Vec<f32>,
+}
+
+impl GraphBody {
+    /// Node `i`'s vector.
+    #[inline(always)]
+    pub fn vector(&self, i: u32) -> &[f32] {
+        let at = i as usize * self.dim;
+        &self.vectors[at..at + self.dim]
+    }
+
+    /// Bytes held in memory.
+    pub fn size_bytes(&self) -> usize {
+        self.graph.size_bytes() + 4 * (self.vectors.len() + self.norms_sq.len())
+    }
+}
+
+/// The distance a walk and a build use between a prepared query (or a
+/// stored row) and a stored row: the estimate of [`PairDot`] finished by
+/// the metric.
+#[derive(Clone, Copy, Debug)]
+pub struct WalkDistance {
+    /// The metric.
+    pub metric: Metric,
+    /// The dot product's estimate.
+    pub dot: PairDot,
+}
+
+impl WalkDistance {
+    /// For `metric` on this CPU.
+    pub fn new(metric: Metric) -> WalkDistance {
+        WalkDistance {
+            metric,
+            dot: PairDot::detect(),
+        }
+    }
+
+    /// A prepared query (normalised for cosine, `qn = ‖q‖²`) to node `i`.
+    #[inline(always)]
+    pub fn query_to_node(self, body: &GraphBody, q: &[f32], qn: f32, i: u32) -> f32 {
+        let d = self.dot.dot(q, body.vector(i));
+        self.metric.finish(d, qn, body.norms_sq[i as usize])
+    }
+
+    /// Between two stored rows (symmetric).
+    fn between(&self, a: &[f32], na: f32, b: &[f32], nb: f32) -> f32 {
+        let d = self.dot.dot(a, b);
+        match self.metric {
+            Metric::L2 => ((na + nb) - 2.0 * d).max(0.0),
+            Metric::Cosine if na > 0.0 && nb > 0.0 => 1.0 - d / (na * nb).sqrt(),
+            Metric::Cosine => 1.0,
+            Metric::Dot => -d,
+        }
+    }
+}
+
+/// The graph parameters of an `hnsw` index's build parameters.
+pub fn graph_params(params: &IndexParams) -> Option<HnswParams> {
+    match params.kind {
+        IndexKind::Hnsw { m, ef_construction } => Some(HnswParams {
+            m,
+            ef_construction,
+            seed: params.seed,
+        }),
+        _ => None,
+    }
+}
+
+/// Builds an `hnsw` segment over the visible rows of `fragments` and
+/// writes its files. Holds the rows' vectors and the graph in memory (the
+/// graph takes `4 × 2m` bytes a row and a little more for upper layers).
+/// `parallel` runs the build's chunks of neighbour searches (see
+/// [`HnswGraph::build`]).
+#[allow(clippy::too_many_arguments)]
+pub fn build_hnsw_segment(
+    root: &DatasetRoot,
+    column: &str,
+    dim: usize,
+    metric: Metric,
+    params: &IndexParams,
+    fragments: &[FragmentView],
+    parallel: Parallel<'_>,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<IndexSegmentMeta> {
+    let gparams = graph_params(params)
+        .ok_or_else(|| Error::Internal(format!("{} is not an hnsw index", params.kind.name())))?;
+    let mut row_ids: Vec<u64> = Vec::new();
+    let mut vectors: Vec<f32> = Vec::new();
+    for_each_visible(fragments, column, dim, metric, |ids, rows| {
+        row_ids.extend_from_slice(ids);
+        vectors.extend_from_slice(rows);
+        Ok(())
+    })?;
+    let n = row_ids.len();
+    let norms: Vec<f32> = vectors.chunks_exact(dim).map(|x| fma_dot(x, x)).collect();
+    let distance = WalkDistance::new(metric);
+    let row = |i: u32| &vectors[i as usize * dim..(i as usize + 1) * dim];
+    let graph = HnswGraph::build(
+        n,
+        gparams,
+        parallel,
+        &mut |done| progress("hnsw graph", done, n),
+        |a, b| distance.between(row(a), norms[a as usize], row(b), norms[b as usize]),
+    )
+    .map_err(Error::InvalidArgument)?;
+    let id = format!("{}-{:016x}", params.kind.name(), rand::random::<u64>());
+    let dir = root.join(INDICES_DIR).join(&id);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let mut vbytes = Vec::with_capacity(n * 8 + vectors.len() * 4);
+    for r in &row_ids {
+        vbytes.extend_from_slice(&r.to_le_bytes());
+    }
+    for x in &vectors {
+        vbytes.extend_from_slice(&x.to_le_bytes());
+    }
+    drop(vectors);
+    let gbytes = graph.to_bytes();
+    write_synced(&dir.join("vectors.bin"), &vbytes)?;
+    write_synced(&dir.join("graph.bin"), &gbytes)?;
+    let directory = HnswDirectory {
+        format: HNSW_FORMAT,
+        dim,
+        rows: n as u64,
+        m: gparams.m,
+        vectors: FileChecksum::of(&vbytes),
+        graph: FileChecksum::of(&gbytes),
+    };
+    let json = serde_json::to_vec_pretty(&directory).map_err(|e| Error::Internal(e.to_string()))?;
+    write_synced(&dir.join("hnsw.json"), &json)?;
+    crate::storage::manifest::sync_dir(&dir)?;
+    for file in ["vectors.bin", "graph.bin", "hnsw.json"] {
+        root.wrote(&format!("{INDICES_DIR}/{id}/{file}"));
+    }
+    Ok(IndexSegmentMeta {
+        id: id.clone(),
+        column: column.to_string(),
+        metric,
+        params: params.clone(),
+        fragments: fragments.iter().map(|f| f.meta.id).collect(),
+        rows: n as u64,
+        trained_in: id,
+    })
+}
+
+/// An `hnsw` segment opened for search: its directory read and checked;
+/// the graph and vectors load through the partition cache.
+#[derive(Debug)]
+pub struct HnswSegment {
+    /// Manifest entry.
+    pub meta: IndexSegmentMeta,
+    /// Cache key (and the prefilter's key for the segment's rows).
+    pub key: Arc<str>,
+    root: DatasetRoot,
+    directory: HnswDirectory,
+}
+
+impl HnswSegment {
+    /// Opens `meta`'s directory file and holds it to the manifest and the
+    /// column's dimension.
+    pub fn open(root: &DatasetRoot, meta: &IndexSegmentMeta, dim: usize) -> Result<HnswSegment> {
+        let dir = root.join(INDICES_DIR).join(&meta.id);
+        let path = dir.join("hnsw.json");
+        let bytes = root
+            .read(&format!("{INDICES_DIR}/{}/hnsw.json", meta.id))?
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Error::corrupt(&path, "index file is missing"),
+                _ => Error::io(&path, e),
+            })?;
+        let directory: HnswDirectory =
+            serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e.to_string()))?;
+        if directory.format != HNSW_FORMAT {
+            return Err(Error::corrupt(
+                &path,
+                format!(
+                    "hnsw format {} is not supported by this build (reads {HNSW_FORMAT})",
+                    directory.format
+                ),
+            ));
+        }
+        let m = graph_params(&meta.params).map(|p| p.m);
+        if directory.dim != dim || directory.rows != meta.rows || m != Some(directory.m) {
+            return Err(Error::corrupt(
+                &path,
+                "dimension, rows or m differ from the manifest's",
+            ));
+        }
+        Ok(HnswSegment {
+            meta: meta.clone(),
+            key: Arc::from(dir.to_string_lossy().as_ref()),
+            root: root.clone(),
+            directory,
+        })
+    }
+
+    /// Rows in the segment.
+    pub fn rows(&self) -> usize {
+        self.directory.rows as usize
+    }
+
+    /// The graph, ids and vectors, through `cache` (read and checked on a
+    /// miss), with the bytes read on a miss.
+    pub fn load(&self, cache: &PartitionCache) -> Result<(Arc<Partition>, Option<u64>)> {
+        cache.get((self.key.clone(), 0), || self.read())
+    }
+
+    fn read(&self) -> Result<(Partition, u64)> {
+        let d = &self.directory;
+        let file = |name: &str, sum: &FileChecksum| -> Result<Vec<u8>> {
+            let path = self.root.join(INDICES_DIR).join(&self.meta.id).join(name);
+            let bytes = self
+                .root
+                .read(&format!("{INDICES_DIR}/{}/{name}", self.meta.id))?
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => Error::corrupt(&path, "index file is missing"),
+                    _ => Error::io(&path, e),
+                })?;
+            sum.check_bytes(&path, &bytes)?;
+            Ok(bytes)
+        };
+        let n = self.rows();
+        let vbytes = file("vectors.bin", &d.vectors)?;
+        let vpath = self
+            .root
+            .join(INDICES_DIR)
+            .join(&self.meta.id)
+            .join("vectors.bin");
+        if vbytes.len() != n * (8 + 4 * d.dim) {
+            return Err(Error::corrupt(
+                &vpath,
+                "length differs from rows × (8 + 4 × dim)",
+            ));
+        }
+        let (ids, floats) = vbytes.split_at(n * 8);
+        let row_ids: Vec<u64> = ids
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        let vectors: Vec<f32> = floats
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        drop(vbytes);
+        let gbytes = file("graph.bin", &d.graph)?;
+        let gpath = self
+            .root
+            .join(INDICES_DIR)
+            .join(&self.meta.id)
+            .join("graph.bin");
+        let graph =
+            HnswGraph::from_bytes(n, d.m, &gbytes).map_err(|e| Error::corrupt(&gpath, e))?;
+        let norms_sq = if d.dim == 0 {
+            vec![0.0; n]
+        } else {
+            vectors.chunks_exact(d.dim).map(|x| fma_dot(x, x)).collect()
+        };
+        let read = d.vectors.bytes + d.graph.bytes;
+        Ok((
+            Partition {
+                row_ids,
+                payload: Payload::Graph(Box::new(GraphBody {
+                    graph,
+                    dim: d.dim,
+                    vectors,
+                    norms_sq,
+                })),
+            },
+            read,
+        ))
+    }
+}

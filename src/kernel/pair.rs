@@ -1,0 +1,202 @@
+//! One query against one stored row at a time: what a graph walk needs.
+//!
+//! The block kernels ([`crate::kernel::dot_blocks`]) score many rows per
+//! call; a graph walk visits rows one by one, in an order it learns as it
+//! goes. Two functions serve it:
+//!
+//! * [`PairDot`], the walk's estimate: eight-lane (AVX2) or sixteen-lane
+//!   partial sums added at the end — fast, but rounded differently from the
+//!   FMA chain. Walks only compare these among themselves.
+//! * [`fma_dots`], the exact dot products of one query with several rows,
+//!   each as the FMA chain of [`fma_dot`](crate::kernel::fma_dot) (the bits
+//!   of every block kernel), interleaved so that the chains hide each
+//!   other's latency. Reported distances are finished from these, so a
+//!   graph search and an exact scan give a row the same distance.
+
+/// Rows [`fma_dots`] interleaves.
+pub const CHAINS: usize = 8;
+
+/// The walk's dot product: chosen once for the CPU, then called through a
+/// plain function pointer.
+#[derive(Clone, Copy)]
+pub struct PairDot(fn(&[f32], &[f32]) -> f32);
+
+impl std::fmt::Debug for PairDot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PairDot")
+    }
+}
+
+impl PairDot {
+    /// The fastest estimate this CPU runs.
+    pub fn detect() -> PairDot {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return PairDot(|a, b| {
+                // SAFETY: AVX2 and FMA were detected above.
+                unsafe { dot_avx2(a, b) }
+            });
+        }
+        PairDot(dot_portable)
+    }
+
+    /// `a · b` (equal lengths), summed in lanes.
+    #[inline(always)]
+    pub fn dot(self, a: &[f32], b: &[f32]) -> f32 {
+        (self.0)(a, b)
+    }
+}
+
+/// Sixteen partial sums, added pairwise at the end.
+fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x * y;
+    }
+    let mut width = 16;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            acc[i] += acc[i + width];
+        }
+    }
+    acc[0] + tail
+}
+
+/// Four eight-lane FMA accumulators over 32 dimensions a step.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (j, s) in acc.iter_mut().enumerate() {
+            let x = _mm256_loadu_ps(pa.add(i + 8 * j));
+            let y = _mm256_loadu_ps(pb.add(i + 8 * j));
+            *s = _mm256_fmadd_ps(x, y, *s);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        let x = _mm256_loadu_ps(pa.add(i));
+        let y = _mm256_loadu_ps(pb.add(i));
+        acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+        i += 8;
+    }
+    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let half = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    let quad = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    let one = _mm_add_ss(quad, _mm_shuffle_ps(quad, quad, 1));
+    let mut total = _mm_cvtss_f32(one);
+    while i < n {
+        total += *pa.add(i) * *pb.add(i);
+        i += 1;
+    }
+    total
+}
+
+/// `out[r] = fma_dot(q, rows[r])` for up to [`CHAINS`] rows: the exact
+/// FMA chains of the block kernels, run side by side.
+pub fn fma_dots(q: &[f32], rows: &[&[f32]], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_fma() {
+        // SAFETY: the CPU supports FMA (checked above).
+        unsafe { fma_dots_hw(q, rows, out) };
+        return;
+    }
+    fma_dots_chains(q, rows, out);
+}
+
+#[inline(always)]
+fn fma_dots_chains(q: &[f32], rows: &[&[f32]], out: &mut [f32]) {
+    let n = rows.len().min(CHAINS).min(out.len());
+    let mut acc = [0.0f32; CHAINS];
+    if n == CHAINS {
+        for (j, x) in q.iter().enumerate() {
+            for r in 0..CHAINS {
+                acc[r] = x.mul_add(rows[r][j], acc[r]);
+            }
+        }
+    } else {
+        for (j, x) in q.iter().enumerate() {
+            for r in 0..n {
+                acc[r] = x.mul_add(rows[r][j], acc[r]);
+            }
+        }
+    }
+    out[..n].copy_from_slice(&acc[..n]);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn fma_dots_hw(q: &[f32], rows: &[&[f32]], out: &mut [f32]) {
+    fma_dots_chains(q, rows, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::fma_dot;
+    use rand::{Rng, SeedableRng};
+
+    fn rows(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| (0..dim).map(|_| rng.random_range(-1.0f32..1.0)).collect())
+            .collect()
+    }
+
+    #[test]
+    fn fma_dots_are_the_fma_chain_bit_for_bit() {
+        for dim in [1, 7, 33, 384] {
+            let q = &rows(1, dim, 1)[0];
+            let data = rows(CHAINS, dim, dim as u64);
+            for n in 1..=CHAINS {
+                let refs: Vec<&[f32]> = data[..n].iter().map(|r| r.as_slice()).collect();
+                let mut out = [f32::NAN; CHAINS];
+                fma_dots(q, &refs, &mut out);
+                for r in 0..n {
+                    assert_eq!(
+                        out[r].to_bits(),
+                        fma_dot(q, &data[r]).to_bits(),
+                        "{dim} {n} {r}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_walk_estimate_is_close_to_the_exact_dot() {
+        let pair = PairDot::detect();
+        for dim in [1, 5, 8, 31, 32, 33, 100, 384, 1536] {
+            let v = rows(2, dim, dim as u64 + 7);
+            let exact: f64 = v[0]
+                .iter()
+                .zip(&v[1])
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum();
+            for got in [pair.dot(&v[0], &v[1]), dot_portable(&v[0], &v[1])] {
+                assert!(
+                    (got as f64 - exact).abs() <= 1e-4 * (1.0 + dim as f64).sqrt(),
+                    "dim {dim}: {got} vs {exact}"
+                );
+            }
+        }
+    }
+}
