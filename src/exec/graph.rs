@@ -189,9 +189,9 @@ fn search_segment(
     let visited = Cell::new(0u64);
     let admit = |i: u32| test_allows(&test, row_ids, i);
     let found = body.graph.search(
-        |i| {
-            visited.set(visited.get() + 1);
-            distance.query_to_node(body, q, qn, i)
+        |nodes, out| {
+            visited.set(visited.get() + nodes.len() as u64);
+            distance.query_to_nodes(body, q, qn, nodes, out)
         },
         width,
         width,

@@ -16,10 +16,14 @@
 /// Rows [`fma_dots`] interleaves.
 pub const CHAINS: usize = 8;
 
-/// The walk's dot product: chosen once for the CPU, then called through a
-/// plain function pointer.
+/// The walk's dot product: chosen once for the CPU, then called through
+/// plain function pointers. [`PairDot::dot4`] gives each row the very bits
+/// [`PairDot::dot`] gives it (the same operations, four rows interleaved).
 #[derive(Clone, Copy)]
-pub struct PairDot(fn(&[f32], &[f32]) -> f32);
+pub struct PairDot {
+    one: fn(&[f32], &[f32]) -> f32,
+    four: fn(&[f32], [&[f32]; 4]) -> [f32; 4],
+}
 
 impl std::fmt::Debug for PairDot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -33,19 +37,49 @@ impl PairDot {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
-            return PairDot(|a, b| {
+            return PairDot {
                 // SAFETY: AVX2 and FMA were detected above.
-                unsafe { dot_avx2(a, b) }
-            });
+                one: |a, b| unsafe { dot_avx2(a, b) },
+                // SAFETY: as above.
+                four: |a, rows| unsafe { dot4_avx2(a, rows) },
+            };
         }
-        PairDot(dot_portable)
+        PairDot {
+            one: dot_portable,
+            four: |a, rows| rows.map(|r| dot_portable(a, r)),
+        }
     }
 
     /// `a · b` (equal lengths), summed in lanes.
     #[inline(always)]
     pub fn dot(self, a: &[f32], b: &[f32]) -> f32 {
-        (self.0)(a, b)
+        (self.one)(a, b)
     }
+
+    /// `a · rows[r]` for four rows of `a`'s length, each equal to
+    /// [`PairDot::dot`] of that row bit for bit.
+    #[inline(always)]
+    pub fn dot4(self, a: &[f32], rows: [&[f32]; 4]) -> [f32; 4] {
+        (self.four)(a, rows)
+    }
+}
+
+/// Asks the CPU to start loading the cache lines of `row` (up to the
+/// first 1 KiB), so that a dot product soon after finds them near.
+#[inline(always)]
+pub fn prefetch(row: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let lines = (row.len() * 4).div_ceil(64).min(16);
+        for l in 0..lines {
+            // SAFETY: prefetching is a hint and never faults; the address
+            // lies inside (or one line past the start of) `row`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().cast::<i8>().wrapping_add(64 * l)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
 }
 
 /// Sixteen partial sums, added pairwise at the end.
@@ -72,42 +106,87 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     acc[0] + tail
 }
 
-/// Four eight-lane FMA accumulators over 32 dimensions a step.
+/// The eight lanes of `s` summed (the same tree for every row).
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sum_lanes(s: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let half = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    let quad = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    _mm_cvtss_f32(_mm_add_ss(quad, _mm_shuffle_ps(quad, quad, 1)))
+}
+
+/// Four eight-lane FMA accumulators over 32 dimensions a step, then steps
+/// of 8 into the first, then a scalar tail; the accumulators added as
+/// `(0 + 1) + (2 + 3)`.
 ///
 /// # Safety
 /// The CPU supports AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    dot_rows_avx2::<1>(a, [b])[0]
+}
+
+/// [`dot_avx2`] of four rows, two at a time.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot4_avx2(a: &[f32], rows: [&[f32]; 4]) -> [f32; 4] {
+    let [w, x] = dot_rows_avx2::<2>(a, [rows[0], rows[1]]);
+    let [y, z] = dot_rows_avx2::<2>(a, [rows[2], rows[3]]);
+    [w, x, y, z]
+}
+
+/// [`dot_avx2`] of `R` rows side by side: each row's operations are the
+/// same whatever `R` is.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn dot_rows_avx2<const R: usize>(a: &[f32], rows: [&[f32]; R]) -> [f32; R] {
     use std::arch::x86_64::*;
-    let n = a.len().min(b.len());
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut acc = [_mm256_setzero_ps(); 4];
+    let n = rows.iter().fold(a.len(), |n, r| n.min(r.len()));
+    let pa = a.as_ptr();
+    let p = rows.map(|r| r.as_ptr());
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
     let mut i = 0;
     while i + 32 <= n {
-        for (j, s) in acc.iter_mut().enumerate() {
-            let x = _mm256_loadu_ps(pa.add(i + 8 * j));
-            let y = _mm256_loadu_ps(pb.add(i + 8 * j));
-            *s = _mm256_fmadd_ps(x, y, *s);
+        for j in 0..4 {
+            let q = _mm256_loadu_ps(pa.add(i + 8 * j));
+            for r in 0..R {
+                acc[r][j] = _mm256_fmadd_ps(q, _mm256_loadu_ps(p[r].add(i + 8 * j)), acc[r][j]);
+            }
         }
         i += 32;
     }
     while i + 8 <= n {
-        let x = _mm256_loadu_ps(pa.add(i));
-        let y = _mm256_loadu_ps(pb.add(i));
-        acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+        let q = _mm256_loadu_ps(pa.add(i));
+        for r in 0..R {
+            acc[r][0] = _mm256_fmadd_ps(q, _mm256_loadu_ps(p[r].add(i)), acc[r][0]);
+        }
         i += 8;
     }
-    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    let half = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    let quad = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    let one = _mm_add_ss(quad, _mm_shuffle_ps(quad, quad, 1));
-    let mut total = _mm_cvtss_f32(one);
-    while i < n {
-        total += *pa.add(i) * *pb.add(i);
-        i += 1;
+    let mut out = [0.0f32; R];
+    for r in 0..R {
+        let s = _mm256_add_ps(
+            _mm256_add_ps(acc[r][0], acc[r][1]),
+            _mm256_add_ps(acc[r][2], acc[r][3]),
+        );
+        let mut total = sum_lanes(s);
+        for j in i..n {
+            total += *pa.add(j) * *p[r].add(j);
+        }
+        out[r] = total;
     }
-    total
+    out
 }
 
 /// `out[r] = fma_dot(q, rows[r])` for up to [`CHAINS`] rows: the exact
@@ -177,6 +256,23 @@ mod tests {
                         "{dim} {n} {r}"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn four_rows_at_once_are_each_row_alone_bit_for_bit() {
+        let pair = PairDot::detect();
+        for dim in [1, 7, 8, 15, 16, 24, 33, 384] {
+            let q = &rows(1, dim, 2)[0];
+            let r = rows(4, dim, dim as u64 + 3);
+            let four = pair.dot4(q, [&r[0], &r[1], &r[2], &r[3]]);
+            for i in 0..4 {
+                assert_eq!(
+                    four[i].to_bits(),
+                    pair.dot(q, &r[i]).to_bits(),
+                    "dim {dim} row {i}"
+                );
             }
         }
     }

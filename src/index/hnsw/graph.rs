@@ -31,6 +31,27 @@ pub const SEQUENTIAL_NODES: usize = 1024;
 /// Nodes a build adds per chunk (their searches run in parallel).
 pub const CHUNK_NODES: usize = 256;
 
+/// Distances between the graph's nodes, as a build needs them. Any
+/// `Fn(u32, u32) -> f32 + Sync` is one.
+pub trait NodeDistance: Sync {
+    /// The distance of `a` and `b` (symmetric).
+    fn between(&self, a: u32, b: u32) -> f32;
+
+    /// `out[i] = between(a, nodes[i])`, each the very value `between`
+    /// gives (a batch only lets the rows load side by side).
+    fn from_node(&self, a: u32, nodes: &[u32], out: &mut [f32]) {
+        for (o, &b) in out.iter_mut().zip(nodes) {
+            *o = self.between(a, b);
+        }
+    }
+}
+
+impl<F: Fn(u32, u32) -> f32 + Sync> NodeDistance for F {
+    fn between(&self, a: u32, b: u32) -> f32 {
+        self(a, b)
+    }
+}
+
 /// Runs `task(share)` for every share of `0..shares`, on threads or not,
 /// and returns when all have run (how a build's chunk is shared out).
 pub type Parallel<'a> = &'a dyn Fn(usize, &(dyn Fn(usize) + Sync));
@@ -135,7 +156,7 @@ impl HnswGraph {
         params: HnswParams,
         parallel: Parallel<'_>,
         progress: &mut dyn FnMut(usize),
-        between: impl Fn(u32, u32) -> f32 + Sync,
+        between: impl NodeDistance,
     ) -> Result<HnswGraph, String> {
         let HnswParams {
             m,
@@ -185,34 +206,46 @@ impl HnswGraph {
                 CHUNK_NODES
             };
             let chunk = next..(next + size).min(n);
-            let found: Vec<std::sync::OnceLock<Vec<Vec<Near>>>> =
-                chunk.clone().map(|_| std::sync::OnceLock::new()).collect();
-            let shares = chunk.len().min(64);
-            {
-                let graph = &graph;
-                let (found, between, chunk) = (&found, &between, chunk.clone());
-                let task = move |share: usize| {
-                    for (i, node) in chunk.clone().enumerate().skip(share).step_by(shares) {
-                        let _ = found[i].set(graph.find(node as u32, ef_construction, between));
+            // 1. Each node's neighbours, chosen from what a search of the
+            // graph finds and from the chunk's earlier nodes (read only).
+            let chosen = graph.in_shares(chunk.len(), parallel, |i| {
+                let node = (chunk.start + i) as u32;
+                let found = graph.find(node, ef_construction, &between);
+                graph.choose(node, found, chunk.start as u32, &between)
+            });
+            // 2. Their own links, in node order; the links back to them
+            // are collected by the node they go to.
+            let mut back: Vec<(u32, u8, u32, f32)> = Vec::new();
+            for (i, lists) in chosen.into_iter().enumerate() {
+                let node = (chunk.start + i) as u32;
+                let top = graph.top();
+                for (layer, list) in lists.iter().enumerate() {
+                    for (slot, near) in graph.links_mut(node, layer).iter_mut().zip(list) {
+                        *slot = near.1;
                     }
-                };
-                if shares == 1 {
-                    task(0);
-                } else {
-                    parallel(shares, &task);
+                    back.extend(list.iter().map(|near| (near.1, layer as u8, node, near.0)));
+                }
+                if lists.len() > top + 1 {
+                    graph.entry = node;
                 }
             }
-            // A share that did not run (a failed helper) is searched here.
-            let lists: Vec<Vec<Vec<Near>>> = found
-                .into_iter()
-                .zip(chunk.clone())
-                .map(|(f, node)| {
-                    f.into_inner()
-                        .unwrap_or_else(|| graph.find(node as u32, ef_construction, &between))
-                })
-                .collect();
-            for (lists, node) in lists.into_iter().zip(chunk.clone()) {
-                graph.connect(node as u32, lists, chunk.start as u32, &between);
+            // 3. Each (node, layer)'s new list with its links back added in
+            // node order (pruned by the heuristic when full), computed in
+            // parallel (read only), then written.
+            back.sort_by_key(|&(to, layer, from, _)| (to, layer, from));
+            let groups: Vec<&[(u32, u8, u32, f32)]> =
+                back.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)).collect();
+            let lists = graph.in_shares(groups.len(), parallel, |g| {
+                let (to, layer) = (groups[g][0].0, groups[g][0].1 as usize);
+                let mut list = graph.links(to, layer).to_vec();
+                for &(_, _, from, distance) in groups[g] {
+                    list = graph.linked_back(to, list, from, distance, layer, &between);
+                }
+                list
+            });
+            for (group, list) in groups.iter().zip(lists) {
+                let (to, layer) = (group[0].0, group[0].1 as usize);
+                graph.links_mut(to, layer).copy_from_slice(&list);
             }
             next = chunk.end;
             progress(next);
@@ -267,11 +300,11 @@ impl HnswGraph {
     /// The candidates for `node`'s neighbours on each of its layers that
     /// the graph has (index = layer), the `ef` nearest found there; the
     /// graph is only read.
-    fn find(&self, node: u32, ef: usize, between: &impl Fn(u32, u32) -> f32) -> Vec<Vec<Near>> {
+    fn find(&self, node: u32, ef: usize, between: &impl NodeDistance) -> Vec<Vec<Near>> {
         let level = self.levels[node as usize] as usize;
         let top = self.top();
-        let to_node = |other: u32| between(node, other);
-        let mut nearest = Near(to_node(self.entry), self.entry);
+        let to_node = |others: &[u32], out: &mut [f32]| between.from_node(node, others, out);
+        let mut nearest = Near(between.between(node, self.entry), self.entry);
         for layer in (level + 1..=top).rev() {
             nearest = self.greedy(&to_node, nearest, layer);
         }
@@ -292,81 +325,101 @@ impl HnswGraph {
         out
     }
 
-    /// Links `node` on each of its layers to the best of `found` (from
-    /// [`HnswGraph::find`]) and of the nodes `peers_from..node` added in
-    /// the same chunk, and those back to it.
-    fn connect(
-        &mut self,
+    /// `task(0..count)` in up to 64 shares run by `parallel`, results in
+    /// order; a result a share did not give (a failed helper) is computed
+    /// here.
+    fn in_shares<T: Send + Sync>(
+        &self,
+        count: usize,
+        parallel: Parallel<'_>,
+        task: impl Fn(usize) -> T + Sync,
+    ) -> Vec<T> {
+        let shares = count.min(64);
+        let out: Vec<std::sync::OnceLock<T>> =
+            (0..count).map(|_| std::sync::OnceLock::new()).collect();
+        if shares > 1 {
+            let (out, task) = (&out, &task);
+            parallel(shares, &move |share: usize| {
+                for i in (share..count).step_by(shares) {
+                    let _ = out[i].set(task(i));
+                }
+            });
+        }
+        out.into_iter()
+            .enumerate()
+            .map(|(i, slot)| slot.into_inner().unwrap_or_else(|| task(i)))
+            .collect()
+    }
+
+    /// `node`'s neighbours on each of its layers (index = layer), chosen by
+    /// the heuristic from `found` (from [`HnswGraph::find`]) and the nodes
+    /// `peers_from..node` of its chunk.
+    fn choose(
+        &self,
         node: u32,
         mut found: Vec<Vec<Near>>,
         peers_from: u32,
-        between: &impl Fn(u32, u32) -> f32,
-    ) {
+        between: &impl NodeDistance,
+    ) -> Vec<Vec<Near>> {
         let level = self.levels[node as usize] as usize;
         found.resize(level + 1, Vec::new());
-        let top = self.top();
-        for (layer, mut candidates) in found.into_iter().enumerate() {
-            for peer in peers_from..node {
-                if self.levels[peer as usize] as usize >= layer
-                    && !candidates.iter().any(|c| c.1 == peer)
-                {
-                    candidates.push(Near(between(node, peer), peer));
+        found
+            .into_iter()
+            .enumerate()
+            .map(|(layer, mut candidates)| {
+                // `found` holds nodes before the chunk only.
+                for peer in peers_from..node {
+                    if self.levels[peer as usize] as usize >= layer {
+                        candidates.push(Near(between.between(node, peer), peer));
+                    }
                 }
-            }
-            candidates.sort();
-            let keep = if layer == 0 { 2 * self.m } else { self.m };
-            let chosen = select(&spread_ties(node, candidates), keep, between);
-            for (slot, near) in self.links_mut(node, layer).iter_mut().zip(&chosen) {
-                *slot = near.1;
-            }
-            for near in &chosen {
-                self.link_back(near.1, node, near.0, layer, keep, between);
-            }
-        }
-        if level > top {
-            self.entry = node;
-        }
+                candidates.sort();
+                let keep = if layer == 0 { 2 * self.m } else { self.m };
+                select(&spread_ties(node, candidates), keep, between)
+            })
+            .collect()
     }
 
-    /// Adds `node` (at `distance`) to `from`'s list on `layer`, pruning the
-    /// list by the heuristic when it is full.
-    fn link_back(
-        &mut self,
-        from: u32,
+    /// `to`'s `list` on `layer` with `node` (at `distance`) added: in a
+    /// free slot, or by pruning the full list and `node` by the heuristic.
+    fn linked_back(
+        &self,
+        to: u32,
+        mut list: Vec<u32>,
         node: u32,
         distance: f32,
         layer: usize,
-        keep: usize,
-        between: &impl Fn(u32, u32) -> f32,
-    ) {
-        let links = self.links_mut(from, layer);
-        if let Some(free) = links.iter_mut().find(|s| **s == NONE) {
+        between: &impl NodeDistance,
+    ) -> Vec<u32> {
+        if let Some(free) = list.iter_mut().find(|s| **s == NONE) {
             *free = node;
-            return;
+            return list;
         }
-        let mut all: Vec<Near> = links
+        let mut all: Vec<Near> = list
             .iter()
-            .map(|&o| Near(between(from, o), o))
+            .map(|&o| Near(between.between(to, o), o))
             .chain(std::iter::once(Near(distance, node)))
             .collect();
         all.sort();
-        let chosen = select(&spread_ties(from, all), keep, between);
-        let links = self.links_mut(from, layer);
-        links.fill(NONE);
-        for (slot, near) in links.iter_mut().zip(&chosen) {
+        let keep = if layer == 0 { 2 * self.m } else { self.m };
+        let chosen = select(&spread_ties(to, all), keep, between);
+        list.fill(NONE);
+        for (slot, near) in list.iter_mut().zip(&chosen) {
             *slot = near.1;
         }
+        list
     }
 
     /// The nearest node reachable by steps to nearer neighbours on `layer`.
-    fn greedy(&self, dist: &impl Fn(u32) -> f32, mut at: Near, layer: usize) -> Near {
+    fn greedy(&self, dist: &impl Fn(&[u32], &mut [f32]), mut at: Near, layer: usize) -> Near {
+        let mut dists = vec![0.0f32; 2 * self.m];
         loop {
+            let links = self.links(at.1, layer);
+            let n = links.iter().position(|&o| o == NONE).unwrap_or(links.len());
+            dist(&links[..n], &mut dists[..n]);
             let mut moved = false;
-            for &o in self.links(at.1, layer) {
-                if o == NONE {
-                    break;
-                }
-                let near = Near(dist(o), o);
+            for (&o, &d) in links[..n].iter().zip(&dists) {
+                let near = Near(d, o);
                 if near < at {
                     at = near;
                     moved = true;
@@ -380,9 +433,11 @@ impl HnswGraph {
 
     /// The `ef` nearest nodes `admit` allows, found on `layer` from
     /// `entries`, ascending. Refused nodes are walked through, not kept.
+    /// A node's unvisited neighbours are scored in one `dist` call (so
+    /// that their rows load side by side), then taken in list order.
     fn search_layer(
         &self,
-        dist: &impl Fn(u32) -> f32,
+        dist: &impl Fn(&[u32], &mut [f32]),
         entries: &[Near],
         ef: usize,
         layer: usize,
@@ -391,7 +446,7 @@ impl HnswGraph {
     ) -> Vec<Near> {
         visited.clear();
         let mut frontier: BinaryHeap<Reverse<Near>> = BinaryHeap::new();
-        let mut kept: BinaryHeap<Near> = BinaryHeap::new();
+        let mut kept: BinaryHeap<Near> = BinaryHeap::with_capacity(ef + 1);
         for &e in entries {
             if visited.first_visit(e.1) {
                 frontier.push(Reverse(e));
@@ -403,18 +458,24 @@ impl HnswGraph {
         while kept.len() > ef {
             kept.pop();
         }
+        let mut fresh: Vec<u32> = Vec::with_capacity(2 * self.m);
+        let mut dists = vec![0.0f32; 2 * self.m];
         while let Some(Reverse(c)) = frontier.pop() {
             if kept.len() >= ef && kept.peek().is_some_and(|worst| c > *worst) {
                 break;
             }
+            fresh.clear();
             for &o in self.links(c.1, layer) {
                 if o == NONE {
                     break;
                 }
-                if !visited.first_visit(o) {
-                    continue;
+                if visited.first_visit(o) {
+                    fresh.push(o);
                 }
-                let near = Near(dist(o), o);
+            }
+            dist(&fresh, &mut dists[..fresh.len()]);
+            for (&o, &d) in fresh.iter().zip(&dists) {
+                let near = Near(d, o);
                 let full = kept.len() >= ef;
                 if full && kept.peek().is_some_and(|worst| near > *worst) {
                     continue;
@@ -431,12 +492,13 @@ impl HnswGraph {
         kept.into_sorted_vec()
     }
 
-    /// The `k` nearest nodes that `admit` allows, by `dist` (the query's
-    /// distance to a node), searching `ef ≥ k` candidates on layer 0;
-    /// ascending by (distance, node).
+    /// The `k` nearest nodes that `admit` allows, searching `ef ≥ k`
+    /// candidates on layer 0; ascending by (distance, node).
+    /// `dist(nodes, out)` writes the query's distance to each of `nodes`
+    /// (a node's distance must not depend on the others in the call).
     pub fn search(
         &self,
-        dist: impl Fn(u32) -> f32,
+        dist: impl Fn(&[u32], &mut [f32]),
         k: usize,
         ef: usize,
         admit: &dyn Fn(u32) -> bool,
@@ -444,7 +506,9 @@ impl HnswGraph {
         if self.is_empty() || k == 0 {
             return Vec::new();
         }
-        let mut at = Near(dist(self.entry), self.entry);
+        let mut d = [0.0f32];
+        dist(&[self.entry], &mut d);
+        let mut at = Near(d[0], self.entry);
         for layer in (1..=self.top()).rev() {
             at = self.greedy(&dist, at, layer);
         }
@@ -567,14 +631,14 @@ fn spread_ties(node: u32, mut candidates: Vec<Near>) -> Vec<Near> {
 /// distance to the node), keep each one that no kept neighbour is strictly
 /// nearer to than the node is, up to `keep`; fill up with the nearest
 /// skipped ones when fewer pass (so that sparse regions stay connected).
-fn select(candidates: &[Near], keep: usize, between: &impl Fn(u32, u32) -> f32) -> Vec<Near> {
+fn select(candidates: &[Near], keep: usize, between: &impl NodeDistance) -> Vec<Near> {
     let mut chosen: Vec<Near> = Vec::with_capacity(keep);
     let mut skipped = Vec::new();
     for &c in candidates {
         if chosen.len() == keep {
             break;
         }
-        if chosen.iter().all(|s| between(c.1, s.1) >= c.0) {
+        if chosen.iter().all(|s| between.between(c.1, s.1) >= c.0) {
             chosen.push(c);
         } else {
             skipped.push(c);
@@ -632,6 +696,15 @@ mod tests {
         .unwrap()
     }
 
+    /// A walk's batch distance from a one-node distance.
+    fn each(one: impl Fn(u32) -> f32) -> impl Fn(&[u32], &mut [f32]) {
+        move |nodes, out| {
+            for (o, &n) in out.iter_mut().zip(nodes) {
+                *o = one(n);
+            }
+        }
+    }
+
     /// Runs every share on the calling thread.
     fn in_turn(shares: usize, task: &(dyn Fn(usize) + Sync)) {
         (0..shares).for_each(task)
@@ -681,7 +754,7 @@ mod tests {
             let (mut hit, mut total) = (0, 0);
             for q in queries.chunks(dim) {
                 let row = |i: u32| &data[i as usize * dim..(i as usize + 1) * dim];
-                let got = g.search(|i| l2(q, row(i)), 10, 64, admit);
+                let got = g.search(each(|i| l2(q, row(i))), 10, 64, admit);
                 assert!(got.iter().all(|&(_, i)| admit(i)), "only admitted rows");
                 assert!(got
                     .windows(2)
@@ -690,7 +763,7 @@ mod tests {
                 hit += got.iter().filter(|g| want.contains(g)).count();
                 total += want.len();
                 // The same query again, after other walks: the same answer.
-                assert_eq!(g.search(|i| l2(q, row(i)), 10, 64, admit), got);
+                assert_eq!(g.search(each(|i| l2(q, row(i))), 10, 64, admit), got);
             }
             let recall = hit as f64 / total as f64;
             assert!(recall >= floor, "recall@10 {recall}");
@@ -728,10 +801,10 @@ mod tests {
         let g = graph(&data, dim, 6, 2);
         let q = data[..dim].to_vec();
         let row = |i: u32| &data[i as usize * dim..(i as usize + 1) * dim];
-        let got = g.search(|i| l2(&q, row(i)), 20, 200, &|_| true);
+        let got = g.search(each(|i| l2(&q, row(i))), 20, 200, &|_| true);
         assert_eq!(got, brute(&data, dim, &q, 20, &|_| true));
         assert_eq!(got.iter().filter(|g| g.0 == 0.0).count(), 11, "every copy");
-        let all = g.search(|i| l2(&q, row(i)), 500, 500, &|_| true);
+        let all = g.search(each(|i| l2(&q, row(i))), 500, 500, &|_| true);
         assert_eq!(all.len(), 200);
         assert!(HnswGraph::build(
             0,
@@ -745,7 +818,7 @@ mod tests {
             |_, _| 0.0
         )
         .unwrap()
-        .search(|_| 0.0, 5, 5, &|_| true)
+        .search(each(|_| 0.0), 5, 5, &|_| true)
         .is_empty());
     }
 }

@@ -13,12 +13,12 @@
 //! of the partition cache (partition 0 of the segment's key), weighed by
 //! its bytes like any partition.
 
-use super::graph::{HnswGraph, HnswParams, Parallel};
+use super::graph::{HnswGraph, HnswParams, NodeDistance, Parallel};
 use crate::error::{Error, Result};
 use crate::index::cache::PartitionCache;
 use crate::index::ivf::for_each_visible;
 use crate::index::partition::{Partition, Payload};
-use crate::kernel::pair::PairDot;
+use crate::kernel::pair::{prefetch, PairDot};
 use crate::kernel::{fma_dot, Metric};
 use crate::storage::checksum::FileChecksum;
 use crate::storage::index_meta::{IndexKind, IndexParams, IndexSegmentMeta, INDICES_DIR};
@@ -88,21 +88,121 @@ impl WalkDistance {
         }
     }
 
-    /// A prepared query (normalised for cosine, `qn = ‖q‖²`) to node `i`.
-    #[inline(always)]
-    pub fn query_to_node(self, body: &GraphBody, q: &[f32], qn: f32, i: u32) -> f32 {
-        let d = self.dot.dot(q, body.vector(i));
-        self.metric.finish(d, qn, body.norms_sq[i as usize])
+    /// A prepared query (normalised for cosine, `qn = ‖q‖²`) to each of
+    /// `nodes`, four rows at a time (their loads overlap); a node's
+    /// distance is the same in any group.
+    pub fn query_to_nodes(
+        self,
+        body: &GraphBody,
+        q: &[f32],
+        qn: f32,
+        nodes: &[u32],
+        out: &mut [f32],
+    ) {
+        for &i in nodes {
+            prefetch(body.vector(i));
+        }
+        let finish = |d: f32, i: u32| self.metric.finish(d, qn, body.norms_sq[i as usize]);
+        let groups = nodes.chunks_exact(4);
+        let rest = groups.remainder();
+        let mut at = 0;
+        for g in groups {
+            let d = self.dot.dot4(
+                q,
+                [
+                    body.vector(g[0]),
+                    body.vector(g[1]),
+                    body.vector(g[2]),
+                    body.vector(g[3]),
+                ],
+            );
+            for (j, &i) in g.iter().enumerate() {
+                out[at + j] = finish(d[j], i);
+            }
+            at += 4;
+        }
+        for &i in rest {
+            out[at] = finish(self.dot.dot(q, body.vector(i)), i);
+            at += 1;
+        }
     }
 
-    /// Between two stored rows (symmetric).
-    fn between(&self, a: &[f32], na: f32, b: &[f32], nb: f32) -> f32 {
-        let d = self.dot.dot(a, b);
+    /// Between two stored rows (symmetric), from their dot product's
+    /// estimate and their *scales*: ‖x‖² for l2, `1/‖x‖` for cosine (0 for
+    /// a zero row), unused for dot (see [`build_scale`]).
+    #[inline(always)]
+    fn finish_between(self, d: f32, sa: f32, sb: f32) -> f32 {
         match self.metric {
-            Metric::L2 => ((na + nb) - 2.0 * d).max(0.0),
-            Metric::Cosine if na > 0.0 && nb > 0.0 => 1.0 - d / (na * nb).sqrt(),
+            Metric::L2 => ((sa + sb) - 2.0 * d).max(0.0),
+            Metric::Cosine if sa > 0.0 && sb > 0.0 => 1.0 - d * sa * sb,
             Metric::Cosine => 1.0,
             Metric::Dot => -d,
+        }
+    }
+}
+
+/// A row's scale in the build's distances (see
+/// [`WalkDistance::finish_between`]): a multiply instead of a square root
+/// and a division per pair under cosine.
+fn build_scale(metric: Metric, norm_sq: f32) -> f32 {
+    match metric {
+        Metric::Cosine if norm_sq > 0.0 => 1.0 / norm_sq.sqrt(),
+        Metric::Cosine => 0.0,
+        _ => norm_sq,
+    }
+}
+
+/// The build's distances between stored rows.
+struct BuildDistance<'a> {
+    distance: WalkDistance,
+    vectors: &'a [f32],
+    /// Each row's [`build_scale`].
+    norms: &'a [f32],
+    dim: usize,
+}
+
+impl BuildDistance<'_> {
+    #[inline(always)]
+    fn row(&self, i: u32) -> &[f32] {
+        &self.vectors[i as usize * self.dim..(i as usize + 1) * self.dim]
+    }
+}
+
+impl NodeDistance for BuildDistance<'_> {
+    fn between(&self, a: u32, b: u32) -> f32 {
+        let d = self.distance.dot.dot(self.row(a), self.row(b));
+        self.distance
+            .finish_between(d, self.norms[a as usize], self.norms[b as usize])
+    }
+
+    fn from_node(&self, a: u32, nodes: &[u32], out: &mut [f32]) {
+        for &b in nodes {
+            prefetch(self.row(b));
+        }
+        let na = self.norms[a as usize];
+        let groups = nodes.chunks_exact(4);
+        let rest = groups.remainder();
+        let mut at = 0;
+        for g in groups {
+            let d = self.distance.dot.dot4(
+                self.row(a),
+                [
+                    self.row(g[0]),
+                    self.row(g[1]),
+                    self.row(g[2]),
+                    self.row(g[3]),
+                ],
+            );
+            for (j, &b) in g.iter().enumerate() {
+                out[at + j] = self
+                    .distance
+                    .finish_between(d[j], na, self.norms[b as usize]);
+            }
+            at += 4;
+        }
+        for &b in rest {
+            out[at] = self.between(a, b);
+            at += 1;
         }
     }
 }
@@ -145,15 +245,22 @@ pub fn build_hnsw_segment(
         Ok(())
     })?;
     let n = row_ids.len();
-    let norms: Vec<f32> = vectors.chunks_exact(dim).map(|x| fma_dot(x, x)).collect();
-    let distance = WalkDistance::new(metric);
-    let row = |i: u32| &vectors[i as usize * dim..(i as usize + 1) * dim];
+    let norms: Vec<f32> = vectors
+        .chunks_exact(dim)
+        .map(|x| build_scale(metric, fma_dot(x, x)))
+        .collect();
+    let distance = BuildDistance {
+        distance: WalkDistance::new(metric),
+        vectors: &vectors,
+        norms: &norms,
+        dim,
+    };
     let graph = HnswGraph::build(
         n,
         gparams,
         parallel,
         &mut |done| progress("hnsw graph", done, n),
-        |a, b| distance.between(row(a), norms[a as usize], row(b), norms[b as usize]),
+        distance,
     )
     .map_err(Error::InvalidArgument)?;
     let id = format!("{}-{:016x}", params.kind.name(), rand::random::<u64>());
