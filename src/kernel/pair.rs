@@ -151,6 +151,7 @@ unsafe fn dot4_avx2(a: &[f32], rows: [&[f32]; 4]) -> [f32; 4] {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
+#[allow(clippy::needless_range_loop)] // rows and lanes side by side
 unsafe fn dot_rows_avx2<const R: usize>(a: &[f32], rows: [&[f32]; R]) -> [f32; R] {
     use std::arch::x86_64::*;
     let n = rows.iter().fold(a.len(), |n, r| n.min(r.len()));

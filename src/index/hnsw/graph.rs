@@ -39,7 +39,7 @@ pub trait NodeDistance: Sync {
 
     /// `out[i] = between(a, nodes[i])`, each the very value `between`
     /// gives (a batch only lets the rows load side by side).
-    fn from_node(&self, a: u32, nodes: &[u32], out: &mut [f32]) {
+    fn between_many(&self, a: u32, nodes: &[u32], out: &mut [f32]) {
         for (o, &b) in out.iter_mut().zip(nodes) {
             *o = self.between(a, b);
         }
@@ -303,7 +303,7 @@ impl HnswGraph {
     fn find(&self, node: u32, ef: usize, between: &impl NodeDistance) -> Vec<Vec<Near>> {
         let level = self.levels[node as usize] as usize;
         let top = self.top();
-        let to_node = |others: &[u32], out: &mut [f32]| between.from_node(node, others, out);
+        let to_node = |others: &[u32], out: &mut [f32]| between.between_many(node, others, out);
         let mut nearest = Near(between.between(node, self.entry), self.entry);
         for layer in (level + 1..=top).rev() {
             nearest = self.greedy(&to_node, nearest, layer);

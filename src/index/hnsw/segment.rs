@@ -175,7 +175,7 @@ impl NodeDistance for BuildDistance<'_> {
             .finish_between(d, self.norms[a as usize], self.norms[b as usize])
     }
 
-    fn from_node(&self, a: u32, nodes: &[u32], out: &mut [f32]) {
+    fn between_many(&self, a: u32, nodes: &[u32], out: &mut [f32]) {
         for &b in nodes {
             prefetch(self.row(b));
         }
