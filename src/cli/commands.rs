@@ -141,10 +141,15 @@ pub fn run(cli: Cli) -> Result<()> {
             committed(
                 ds.version(),
                 format_args!(
-                    "built {} on '{}': {} partitions over {} rows in {:.1} s (version {})",
+                    "built {} on '{}': {} over {} rows in {:.1} s (version {})",
                     meta.params.kind.name(),
                     meta.column,
-                    meta.params.partitions,
+                    match meta.params.kind {
+                        shoal::IndexKind::Hnsw { m, ef_construction } => {
+                            format!("m {m}, ef_construction {ef_construction}")
+                        }
+                        _ => format!("{} partitions", meta.params.partitions),
+                    },
                     meta.rows,
                     start.elapsed().as_secs_f64(),
                     ds.version()

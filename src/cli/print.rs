@@ -103,12 +103,17 @@ pub fn info(path: &Path, version: Option<u64>, config: &Config) -> Result<()> {
     }
     for m in ds.index_segments() {
         out!(
-            "  {}  column '{}'  {}  metric {}  {} partitions  {} rows  fragments {:?}{}",
+            "  {}  column '{}'  {}  metric {}  {}  {} rows  fragments {:?}{}",
             m.id,
             m.column,
             m.params.kind.name(),
             m.metric,
-            m.params.partitions,
+            match m.params.kind {
+                shoal::IndexKind::Hnsw { m, ef_construction } => {
+                    format!("m {m}, ef_construction {ef_construction}")
+                }
+                _ => format!("{} partitions", m.params.partitions),
+            },
             m.rows,
             m.fragments,
             if m.trained_in == m.id {

@@ -64,6 +64,8 @@ struct Loaded {
     key: Arc<str>,
     m: usize,
     bits: Bits,
+    /// No row of the segment's fragments is deleted or outside the search.
+    all_visible: bool,
 }
 
 /// Searches every query of `batch` through the view's graph segments and
@@ -97,6 +99,7 @@ pub fn search_graphs(
             key: seg.key.clone(),
             m,
             bits,
+            all_visible: admission.all_visible(&seg.meta.fragments),
         });
     }
     let threads = view.threads.clamp(1, n);
@@ -187,7 +190,8 @@ fn search_segment(
     }
     profile.graph_walks += 1;
     let visited = Cell::new(0u64);
-    let admit = |i: u32| test_allows(&test, row_ids, i);
+    let everything = bits.is_none() && seg.all_visible;
+    let admit = |i: u32| everything || test_allows(&test, row_ids, i);
     let found = body.graph.search(
         |nodes, out| {
             visited.set(visited.get() + nodes.len() as u64);

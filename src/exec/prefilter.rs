@@ -348,6 +348,18 @@ impl<'a> Admission<'a> {
         }
     }
 
+    /// Whether every row of the fragments `ids` is visible to the batch
+    /// (each in the snapshot, searched, nothing deleted): then only a
+    /// prefilter can refuse one of their rows.
+    pub fn all_visible(&self, ids: &[u32]) -> bool {
+        ids.iter().all(|&id| match self.slot.get(id as usize) {
+            Some(&i) if i != usize::MAX && self.searched[i] => {
+                self.visible[i].1.as_ref().is_none_or(|d| d.is_empty())
+            }
+            _ => false,
+        })
+    }
+
     /// A row test with `bits` (from [`Admission::partition_bits`]) as the
     /// prefilter, or none.
     pub fn test<'b>(&'b self, bits: Option<&'b RowMask>) -> RowTest<'b> {

@@ -95,7 +95,7 @@ pub fn coarse_metric(metric: Metric) -> Metric {
 }
 
 /// Rows of `fragments` that are not deleted.
-fn visible_rows(fragments: &[FragmentView]) -> usize {
+pub(crate) fn visible_rows(fragments: &[FragmentView]) -> usize {
     fragments
         .iter()
         .map(|f| f.rows() - f.deleted.as_ref().map_or(0, |d| d.len() as usize))

@@ -717,6 +717,71 @@ fn docs_schema() -> serde_json::Value {
     })
 }
 
+/// An hnsw index built by an index job, searched with `ef`; `nprobes` on
+/// it, `partitions` in its job and `ef` below k are 400s naming the cause.
+#[test]
+fn an_hnsw_index_job_and_searches_with_ef() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), Config::default());
+    let url = server.url.clone();
+    let (status, _) = post(&format!("{url}/v1/datasets"), &docs_schema().to_string());
+    assert_eq!(status, 201);
+    let rows = doc_rows(0, 300);
+    let (status, _) = post(
+        &format!("{url}/v1/datasets/docs/rows"),
+        &serde_json::json!({ "rows": rows }).to_string(),
+    );
+    assert_eq!(status, 200);
+    let indexes = format!("{url}/v1/datasets/docs/indexes");
+    let (status, refused) = post(&indexes, r#"{"type": "hnsw", "partitions": 4}"#);
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("hnsw takes m"));
+    let (status, accepted) = post(
+        &indexes,
+        r#"{"type": "hnsw", "m": 8, "ef_construction": 40}"#,
+    );
+    assert_eq!(status, 202, "{accepted}");
+    let job = wait_for_job(&url, "docs", &accepted["job"]["id"]);
+    assert_eq!(job["state"], "done", "{job}");
+    let (_, info) = get(&format!("{url}/v1/datasets/docs"));
+    assert_eq!(
+        info["index_segments"][0]["params"]["kind"]["type"], "hnsw",
+        "{info}"
+    );
+    let search = format!("{url}/v1/datasets/docs/search");
+    let body = |extra: serde_json::Value| {
+        let mut b = serde_json::json!({ "vector": rows[37]["emb"], "k": 5 });
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        b.to_string()
+    };
+    let (status, found) = post(&search, &body(serde_json::json!({ "ef": 20 })));
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(found["hits"].as_array().unwrap().len(), 5);
+    assert_eq!(found["hits"][0]["distance"], 0.0);
+    for (extra, says) in [
+        (
+            serde_json::json!({ "nprobes": 4 }),
+            "nprobes applies to IVF indexes",
+        ),
+        (
+            serde_json::json!({ "ef": 2 }),
+            "ef (2) must be at least k (5)",
+        ),
+    ] {
+        let (status, refused) = post(&search, &body(extra));
+        assert_eq!(status, 400, "{refused}");
+        assert!(
+            refused["error"]["message"].as_str().unwrap().contains(says),
+            "{refused}"
+        );
+    }
+}
+
 #[test]
 fn admin_endpoints_create_append_read_delete_and_index() {
     let dir = tempfile::tempdir().unwrap();

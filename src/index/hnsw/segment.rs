@@ -16,11 +16,11 @@
 use super::graph::{HnswGraph, HnswParams, NodeDistance, Parallel};
 use crate::error::{Error, Result};
 use crate::index::cache::PartitionCache;
-use crate::index::ivf::for_each_visible;
+use crate::index::ivf::{for_each_visible, visible_rows};
 use crate::index::partition::{Partition, Payload};
 use crate::kernel::pair::{prefetch, PairDot};
 use crate::kernel::{fma_dot, Metric};
-use crate::storage::checksum::FileChecksum;
+use crate::storage::checksum::{ChecksumWriter, FileChecksum};
 use crate::storage::index_meta::{IndexKind, IndexParams, IndexSegmentMeta, INDICES_DIR};
 use crate::storage::manifest::write_synced;
 use crate::storage::{DatasetRoot, FragmentView};
@@ -52,6 +52,10 @@ pub struct GraphBody {
     pub vectors: Vec<f32>,
     /// ‖x‖² of each node's vector (the FMA chain).
     pub norms_sq: Vec<f32>,
+    /// What the walk finishes a node's distance with: `1/‖x‖` under
+    /// cosine (0 for a zero row), ‖x‖² otherwise (see
+    /// [`WalkDistance::query_to_nodes`]).
+    pub walk_scale: Vec<f32>,
 }
 
 impl GraphBody {
@@ -64,7 +68,8 @@ impl GraphBody {
 
     /// Bytes held in memory.
     pub fn size_bytes(&self) -> usize {
-        self.graph.size_bytes() + 4 * (self.vectors.len() + self.norms_sq.len())
+        self.graph.size_bytes()
+            + 4 * (self.vectors.len() + self.norms_sq.len() + self.walk_scale.len())
     }
 }
 
@@ -90,7 +95,8 @@ impl WalkDistance {
 
     /// A prepared query (normalised for cosine, `qn = ‖q‖²`) to each of
     /// `nodes`, four rows at a time (their loads overlap); a node's
-    /// distance is the same in any group.
+    /// distance is the same in any group. An estimate for the walk: the
+    /// dot product's lanes summed, and cosine by `1 − q·x · (1/‖x‖)`.
     pub fn query_to_nodes(
         self,
         body: &GraphBody,
@@ -102,7 +108,16 @@ impl WalkDistance {
         for &i in nodes {
             prefetch(body.vector(i));
         }
-        let finish = |d: f32, i: u32| self.metric.finish(d, qn, body.norms_sq[i as usize]);
+        // An estimate: a multiply where `Metric::finish` divides by a
+        // square root (the rerank finishes exactly).
+        let finish = |d: f32, i: u32| {
+            let scale = body.walk_scale[i as usize];
+            match self.metric {
+                Metric::L2 => ((qn + scale) - 2.0 * d).max(0.0),
+                Metric::Cosine => 1.0 - d * scale,
+                Metric::Dot => -d,
+            }
+        };
         let groups = nodes.chunks_exact(4);
         let rest = groups.remainder();
         let mut at = 0;
@@ -237,8 +252,10 @@ pub fn build_hnsw_segment(
 ) -> Result<IndexSegmentMeta> {
     let gparams = graph_params(params)
         .ok_or_else(|| Error::Internal(format!("{} is not an hnsw index", params.kind.name())))?;
-    let mut row_ids: Vec<u64> = Vec::new();
-    let mut vectors: Vec<f32> = Vec::new();
+    // Sized once: growing by doubling would hold up to twice the bytes.
+    let expected = visible_rows(fragments);
+    let mut row_ids: Vec<u64> = Vec::with_capacity(expected);
+    let mut vectors: Vec<f32> = Vec::with_capacity(expected * dim);
     for_each_visible(fragments, column, dim, metric, |ids, rows| {
         row_ids.extend_from_slice(ids);
         vectors.extend_from_slice(rows);
@@ -266,23 +283,40 @@ pub fn build_hnsw_segment(
     let id = format!("{}-{:016x}", params.kind.name(), rand::random::<u64>());
     let dir = root.join(INDICES_DIR).join(&id);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let mut vbytes = Vec::with_capacity(n * 8 + vectors.len() * 4);
-    for r in &row_ids {
-        vbytes.extend_from_slice(&r.to_le_bytes());
-    }
-    for x in &vectors {
-        vbytes.extend_from_slice(&x.to_le_bytes());
-    }
+    // Streamed (the build's peak stays the vectors and the graph).
+    let vpath = dir.join("vectors.bin");
+    let vectors_sum = {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&vpath)
+            .map_err(|e| Error::io(&vpath, e))?;
+        let mut out = std::io::BufWriter::new(ChecksumWriter::new(file));
+        let write = |out: &mut std::io::BufWriter<_>, bytes: &[u8]| {
+            std::io::Write::write_all(out, bytes).map_err(|e| Error::io(&vpath, e))
+        };
+        for r in &row_ids {
+            write(&mut out, &r.to_le_bytes())?;
+        }
+        for x in &vectors {
+            write(&mut out, &x.to_le_bytes())?;
+        }
+        let (sum, file) = out
+            .into_inner()
+            .map_err(|e| Error::io(&vpath, e.into_error()))?
+            .finish();
+        file.sync_all().map_err(|e| Error::io(&vpath, e))?;
+        sum
+    };
     drop(vectors);
     let gbytes = graph.to_bytes();
-    write_synced(&dir.join("vectors.bin"), &vbytes)?;
     write_synced(&dir.join("graph.bin"), &gbytes)?;
     let directory = HnswDirectory {
         format: HNSW_FORMAT,
         dim,
         rows: n as u64,
         m: gparams.m,
-        vectors: FileChecksum::of(&vbytes),
+        vectors: vectors_sum,
         graph: FileChecksum::of(&gbytes),
     };
     let json = serde_json::to_vec_pretty(&directory).map_err(|e| Error::Internal(e.to_string()))?;
@@ -421,6 +455,10 @@ impl HnswSegment {
                     graph,
                     dim: d.dim,
                     vectors,
+                    walk_scale: norms_sq
+                        .iter()
+                        .map(|&n| build_scale(self.meta.metric, n))
+                        .collect(),
                     norms_sq,
                 })),
             },
