@@ -7,8 +7,10 @@
 
 mod convert;
 
-use convert::{batches_of, matrix_of, response_batch, results_batch, schema_of, vector_of, Options};
 use arrow_pyarrow::ToPyArrow;
+use convert::{
+    batches_of, matrix_of, response_batch, results_batch, schema_of, vector_of, Options,
+};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
