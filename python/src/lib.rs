@@ -7,6 +7,7 @@
 
 mod convert;
 
+use arrow_array::RecordBatch;
 use arrow_pyarrow::ToPyArrow;
 use convert::{
     batches_of, matrix_of, response_batch, results_batch, schema_of, vector_of, Options,
@@ -14,7 +15,7 @@ use convert::{
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use shoal::{Config, DatasetHandle, ErrorKind, IndexKind, IndexParams, Metric};
+use shoal::{ColumnType, Config, DatasetHandle, ErrorKind, IndexKind, IndexParams, Metric};
 use std::sync::Arc;
 
 create_exception!(_shoal, ShoalError, PyException, "Every error shoal raises.");
