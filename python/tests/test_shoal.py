@@ -24,7 +24,8 @@ SQ_RECALL = 0.97
 RQ8_RECALL = 0.97
 RQ1_RECALL = 0.45
 # hnsw (m 8, ef_construction 64) at ef 64 on make_vectors' data
-# (test_hnsw_searches_with_ef; measured 2026-12-07: see the test).
+# (test_hnsw_searches_with_ef; measured 2026-12-07: 1.0, mean distance
+# error 0.0: the rerank reports exact distances).
 HNSW_RECALL = 0.95
 
 
