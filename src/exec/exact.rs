@@ -109,6 +109,34 @@ pub fn search(
     postfilter_and_page(admission, batch, heaps)
 }
 
+/// The exact scan of the fragments at positions `rest` (those no index
+/// segment covers), once for the whole batch, merged into each query's
+/// index `heaps`; counts the rows scored.
+pub fn merge_unindexed(
+    view: &IndexView<'_>,
+    batch: &ValidatedBatch,
+    admission: &Admission<'_>,
+    rest: &[usize],
+    heaps: &mut [TopK],
+    profile: &mut crate::exec::Profile,
+) -> Result<()> {
+    let (items, mask_of) = items(admission, view.fragments, rest, batch)?;
+    let found = scan(
+        &items,
+        &mask_of,
+        batch,
+        view,
+        view.threads,
+        Kernel::detect(),
+    )?;
+    for (heap, more) in heaps.iter_mut().zip(found) {
+        heap.merge(more);
+    }
+    profile.rows_scored +=
+        items.iter().map(|i| i.fragment.rows() as u64).sum::<u64>() * batch.len() as u64;
+    Ok(())
+}
+
 /// Applies each query's postfilter (when it asks for one), offset and k
 /// to its merged heap. A postfilter is tested on the query's candidate
 /// rows alone.

@@ -35,7 +35,7 @@ use crate::exec::profile::{ms_since, Profile};
 use crate::index::hnsw::segment::{GraphBody, WalkDistance};
 use crate::index::partition::{Partition, Payload};
 use crate::kernel::pair::{fma_dots, CHAINS};
-use crate::kernel::{Kernel, Metric};
+use crate::kernel::Metric;
 use crate::query::{Candidate, TopK, ValidatedBatch};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -132,20 +132,7 @@ pub fn search_graphs(
         view.graphs.iter().any(|s| s.meta.fragments.contains(&id))
     });
     if !batch.fast_search && !rest.is_empty() {
-        let (items, mask_of) = exact::items(admission, view.fragments, &rest, batch)?;
-        let more = exact::scan(
-            &items,
-            &mask_of,
-            batch,
-            view,
-            view.threads,
-            Kernel::detect(),
-        )?;
-        for (heap, more) in heaps.iter_mut().zip(more) {
-            heap.merge(more);
-        }
-        profile.rows_scored +=
-            items.iter().map(|i| i.fragment.rows() as u64).sum::<u64>() * n as u64;
+        exact::merge_unindexed(view, batch, admission, &rest, &mut heaps, profile)?;
     }
     profile.scan_ms += ms_since(t);
     Ok(heaps)

@@ -62,7 +62,7 @@ use crate::exec::prefilter::Admission;
 use crate::exec::profile::{ms_since, Profile};
 use crate::index::ivf::LoadedSegment;
 use crate::index::partition::Partition;
-use crate::kernel::{streams_from_memory, Kernel};
+use crate::kernel::streams_from_memory;
 use crate::query::{Candidate, Nprobes, TopK, ValidatedBatch};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -191,19 +191,7 @@ pub fn search_shared(
     let rest = unindexed(view, batch);
     if !batch.fast_search && !rest.is_empty() {
         let t = Instant::now();
-        let (items, mask_of) = exact::items(admission, view.fragments, &rest, batch)?;
-        for (h, e) in heaps.iter_mut().zip(exact::scan(
-            &items,
-            &mask_of,
-            batch,
-            view,
-            view.threads,
-            Kernel::detect(),
-        )?) {
-            h.merge(e);
-        }
-        profile.rows_scored +=
-            items.iter().map(|i| i.fragment.rows() as u64).sum::<u64>() * n as u64;
+        exact::merge_unindexed(view, batch, admission, &rest, &mut heaps, profile)?;
         profile.scan_ms += ms_since(t);
     }
     Ok(heaps)
