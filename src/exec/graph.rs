@@ -10,8 +10,10 @@
 //!   key).
 //! * **Walk** ([`HnswGraph::search`](crate::index::hnsw::graph::HnswGraph)):
 //!   `max(ef, (k + offset) × refine factor)` candidates by the walk's
-//!   estimated distance ([`PairDot`](crate::kernel::pair::PairDot)), every
-//!   one then *reranked*: its distance recomputed by the FMA chain of the
+//!   estimated distance, read from the rows' 8-bit codes
+//!   ([`WalkCodes`](crate::index::hnsw::codes::WalkCodes); the float32
+//!   vectors through [`PairDot`](crate::kernel::pair::PairDot) under
+//!   `SHOAL_HNSW_WALK=f32`), every one then *reranked*: its distance recomputed by the FMA chain of the
 //!   block kernels and finished by the metric, so a row has the same
 //!   distance here as in an exact scan, and the best `k + offset` by
 //!   `(distance, row id)` are kept.
@@ -179,15 +181,29 @@ fn search_segment(
     let visited = Cell::new(0u64);
     let everything = bits.is_none() && seg.all_visible;
     let admit = |i: u32| everything || test_allows(&test, row_ids, i);
-    let found = body.graph.search(
-        |nodes, out| {
-            visited.set(visited.get() + nodes.len() as u64);
-            distance.query_to_nodes(body, q, qn, nodes, out)
-        },
-        width,
-        width,
-        &admit,
-    );
+    let found = match &body.codes {
+        Some(codes) => {
+            let prepared = codes.prepare(batch.metric, q, qn);
+            body.graph.search(
+                |nodes, out| {
+                    visited.set(visited.get() + nodes.len() as u64);
+                    prepared.to_nodes(nodes, out)
+                },
+                width,
+                width,
+                &admit,
+            )
+        }
+        None => body.graph.search(
+            |nodes, out| {
+                visited.set(visited.get() + nodes.len() as u64);
+                distance.query_to_nodes(body, q, qn, nodes, out)
+            },
+            width,
+            width,
+            &admit,
+        ),
+    };
     profile.rows_scored += visited.get();
     profile.refine_rows_read += found.len() as u64;
     let nodes: Vec<u32> = found.into_iter().map(|(_, node)| node).collect();

@@ -20,6 +20,7 @@ pub mod codes;
 pub mod lookup;
 pub mod metric;
 pub mod pair;
+pub mod pair_codes;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;

@@ -7,12 +7,14 @@
 //! indices/<segment-id>/graph.bin    entry node, each node's top layer, layer-0 and upper-layer links
 //! ```
 //!
-//! The walk reads the vectors kept here (not the fragments'), so that a
-//! search touches one contiguous array; the rows' norms are computed at
-//! load by the FMA chain every kernel uses. A loaded segment is one entry
+//! The walk reads 8-bit codes of the vectors kept here (not the
+//! fragments'), quantized at load ([`super::codes`]), and the rerank the
+//! vectors themselves, so that a search touches two contiguous arrays; the
+//! rows' norms are computed at load by the FMA chain every kernel uses. A loaded segment is one entry
 //! of the partition cache (partition 0 of the segment's key), weighed by
 //! its bytes like any partition.
 
+use super::codes::{walk_reads_codes, WalkCodes};
 use super::graph::{HnswGraph, HnswParams, NodeDistance, Parallel};
 use crate::error::{Error, Result};
 use crate::index::cache::PartitionCache;
@@ -56,6 +58,9 @@ pub struct GraphBody {
     /// cosine (0 for a zero row), ‖x‖² otherwise (see
     /// [`WalkDistance::query_to_nodes`]).
     pub walk_scale: Vec<f32>,
+    /// The 8-bit codes a walk reads, unless walks read the float32
+    /// vectors (see [`super::codes`]).
+    pub codes: Option<WalkCodes>,
 }
 
 impl GraphBody {
@@ -70,6 +75,7 @@ impl GraphBody {
     pub fn size_bytes(&self) -> usize {
         self.graph.size_bytes()
             + 4 * (self.vectors.len() + self.norms_sq.len() + self.walk_scale.len())
+            + self.codes.as_ref().map_or(0, WalkCodes::size_bytes)
     }
 }
 
@@ -448,6 +454,8 @@ impl HnswSegment {
             vectors.chunks_exact(d.dim).map(|x| fma_dot(x, x)).collect()
         };
         let read = d.vectors.bytes + d.graph.bytes;
+        let codes =
+            walk_reads_codes().then(|| WalkCodes::encode(&vectors, d.dim, self.meta.metric));
         Ok((
             Partition {
                 row_ids,
@@ -460,6 +468,7 @@ impl HnswSegment {
                         .map(|&n| build_scale(self.meta.metric, n))
                         .collect(),
                     norms_sq,
+                    codes,
                 })),
             },
             read,
