@@ -113,7 +113,7 @@ pub mod internals {
     pub use crate::index::cache::{LoadPermit, LoadPermits};
     pub use crate::index::ivf::{build_segment, LoadedSegment};
     pub use crate::index::{CacheCounters, PartitionCache};
-    pub use crate::query::request::ValidatedBatch;
+    pub use crate::query::validated::ValidatedBatch;
     pub use crate::serve::budget::{BudgetPermit, MemoryBudget};
     pub use crate::serve::coalescer::core::{
         split_at_start, Batch, CoalescerCore, CoreSettings, FlushReason, Pending, Refusal,

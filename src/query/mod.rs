@@ -5,11 +5,12 @@ pub(crate) mod filter;
 pub(crate) mod request;
 pub(crate) mod results;
 pub(crate) mod topk;
+pub(crate) mod validated;
 
 pub(crate) use filter::Filter;
-pub(crate) use request::ValidatedBatch;
 pub use request::{
     BatchQuery, FilterMode, Nprobes, PerQuery, PerQueryParams, Query, SearchMode, SharedParams,
 };
 pub use results::{merge_split_hits, BatchInfo, Hit, ScalarValue, SearchResponse, SearchResults};
 pub(crate) use topk::{Candidate, TopK};
+pub(crate) use validated::ValidatedBatch;

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::exec::Profile;
 use crate::index::IndexParams;
 use crate::progress::Progress;
-use crate::query::request::ValidatedBatch;
+use crate::query::validated::ValidatedBatch;
 use crate::query::{BatchQuery, Query, SearchResponse, SearchResults};
 use arrow_array::RecordBatch;
 use std::sync::atomic::Ordering;
