@@ -653,6 +653,9 @@ fn select(candidates: &[Near], keep: usize, between: &impl NodeDistance) -> Vec<
     chosen
 }
 
+#[path = "interleave.rs"]
+pub(crate) mod interleave;
+
 #[cfg(test)]
 #[path = "graph_tests.rs"]
 mod tests;
