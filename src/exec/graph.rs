@@ -34,14 +34,13 @@ use crate::exec::ann::{unindexed_by, IndexView};
 use crate::exec::exact;
 use crate::exec::prefilter::{Admission, Bits, RowTest};
 use crate::exec::profile::{ms_since, Profile};
-use crate::index::hnsw::graph::interleave::{Walk, WalkDistances};
-use crate::index::hnsw::segment::{FloatWalk, GraphBody, WalkDistance};
+use crate::index::hnsw::segment::{GraphBody, WalkDistance};
 use crate::index::partition::{Partition, Payload};
 use crate::kernel::pair::{fma_dots, CHAINS};
 use crate::kernel::Metric;
 use crate::query::{Candidate, TopK, ValidatedBatch};
 use std::cell::Cell;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A query's `ef` when it names none.
@@ -109,20 +108,16 @@ pub fn search_graphs(
     let per = n.div_ceil(threads);
     let distance = WalkDistance::new(batch.metric);
     let loaded = &loaded;
-    let group = walks_per_turn();
     let run = |share: usize| -> Result<(Vec<TopK>, Profile)> {
         let mut local = Profile::default();
-        let queries: Vec<usize> = (share * per..((share + 1) * per).min(n)).collect();
-        let mut heaps: Vec<TopK> = queries
-            .iter()
-            .map(|&qi| TopK::new(batch.depth(qi)))
-            .collect();
-        for seg in loaded {
-            for (at, chunk) in queries.chunks(group).enumerate() {
-                view.cancel.check()?;
-                let heaps = &mut heaps[at * group..at * group + chunk.len()];
-                search_group(seg, batch, chunk, admission, distance, heaps, &mut local)?;
+        let mut heaps = Vec::new();
+        for qi in share * per..((share + 1) * per).min(n) {
+            view.cancel.check()?;
+            let mut heap = TopK::new(batch.depth(qi));
+            for seg in loaded {
+                search_segment(seg, batch, qi, admission, distance, &mut heap, &mut local)?;
             }
+            heaps.push(heap);
         }
         Ok((heaps, local))
     };
@@ -145,33 +140,15 @@ pub fn search_graphs(
     Ok(heaps)
 }
 
-/// Walks a thread interleaves ([`HnswGraph::search_interleaved`]):
-/// `SHOAL_HNSW_INTERLEAVE` (1 walks one query at a time), read once.
-fn walks_per_turn() -> usize {
-    static WALKS: OnceLock<usize> = OnceLock::new();
-    *WALKS.get_or_init(|| {
-        std::env::var("SHOAL_HNSW_INTERLEAVE")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&g| g >= 1)
-            .unwrap_or(INTERLEAVED_WALKS)
-    })
-}
-
-/// Walks a thread runs in turns by default.
-pub const INTERLEAVED_WALKS: usize = 4;
-
-/// Queries `qis` against one graph segment, each by a walk or an exact
-/// pass over the rows its prefilter admits (see the module doc); the
-/// walks run in turns on this thread, and each query's rows go into its
-/// heap.
-fn search_group(
+/// Query `qi` against one graph segment: a walk, or an exact pass over the
+/// rows its prefilter admits (see the module doc); the rows go into `heap`.
+fn search_segment(
     seg: &Loaded,
     batch: &ValidatedBatch,
-    qis: &[usize],
+    qi: usize,
     admission: &Admission<'_>,
     distance: WalkDistance,
-    heaps: &mut [TopK],
+    heap: &mut TopK,
     profile: &mut Profile,
 ) -> Result<()> {
     let Payload::Graph(body) = &seg.part.payload else {
@@ -181,95 +158,57 @@ fn search_group(
         )));
     };
     let row_ids = &seg.part.row_ids;
-    // (query's slot in `qis`, its distances, its admission test, its width)
-    #[allow(clippy::type_complexity)]
-    let mut planned: Vec<(usize, Counted<'_>, Box<dyn Fn(u32) -> bool + '_>, usize)> = Vec::new();
-    for (slot, &qi) in qis.iter().enumerate() {
-        let q = batch.queries.row(qi);
-        let qn = batch.queries.norms_sq[qi];
-        let bits = seg.bits.of(batch.prefilter(qi));
-        let test = admission.test(bits);
-        let width = walk_width(batch, qi);
-        profile.pairs_probed += 1;
-        if let Some(bits) = bits {
-            if bits.count() <= exact_below(row_ids.len(), seg.m, width) {
-                profile.graph_exact_scans += 1;
-                let rows: Vec<u32> = bits
-                    .ones()
-                    .filter(|&r| test.allows(r, row_ids[r]))
-                    .map(|r| r as u32)
-                    .collect();
-                profile.rows_scored += rows.len() as u64;
-                push_exact(body, row_ids, &rows, batch.metric, q, qn, &mut heaps[slot]);
-                continue;
-            }
+    let q = batch.queries.row(qi);
+    let qn = batch.queries.norms_sq[qi];
+    let bits = seg.bits.of(batch.prefilter(qi));
+    let test = admission.test(bits);
+    let width = walk_width(batch, qi);
+    profile.pairs_probed += 1;
+    if let Some(bits) = bits {
+        if bits.count() <= exact_below(row_ids.len(), seg.m, width) {
+            profile.graph_exact_scans += 1;
+            let rows: Vec<u32> = bits
+                .ones()
+                .filter(|&r| test.allows(r, row_ids[r]))
+                .map(|r| r as u32)
+                .collect();
+            profile.rows_scored += rows.len() as u64;
+            push_exact(body, row_ids, &rows, batch.metric, q, qn, heap);
+            return Ok(());
         }
-        profile.graph_walks += 1;
-        let everything = bits.is_none() && seg.all_visible;
-        let inner: Box<dyn WalkDistances + '_> = match &body.codes {
-            Some(codes) => Box::new(codes.prepare(batch.metric, q, qn)),
-            None => Box::new(FloatWalk {
-                distance,
-                body,
-                q,
-                qn,
-            }),
-        };
-        let admit = move |i: u32| everything || test_allows(&test, row_ids, i);
-        planned.push((
-            slot,
-            Counted {
-                inner,
-                scored: Cell::new(0),
+    }
+    profile.graph_walks += 1;
+    let visited = Cell::new(0u64);
+    let everything = bits.is_none() && seg.all_visible;
+    let admit = |i: u32| everything || test_allows(&test, row_ids, i);
+    let found = match &body.codes {
+        Some(codes) => {
+            let prepared = codes.prepare(batch.metric, q, qn);
+            body.graph.search(
+                |nodes, out| {
+                    visited.set(visited.get() + nodes.len() as u64);
+                    prepared.to_nodes(nodes, out)
+                },
+                width,
+                width,
+                &admit,
+            )
+        }
+        None => body.graph.search(
+            |nodes, out| {
+                visited.set(visited.get() + nodes.len() as u64);
+                distance.query_to_nodes(body, q, qn, nodes, out)
             },
-            Box::new(admit),
             width,
-        ));
-    }
-    let walks: Vec<Walk<'_>> = planned
-        .iter()
-        .map(|(_, distances, admit, width)| Walk {
-            distances,
-            k: *width,
-            ef: *width,
-            admit: admit.as_ref(),
-        })
-        .collect();
-    let found = body.graph.search_interleaved(&walks);
-    for ((slot, distances, _, _), found) in planned.iter().zip(found) {
-        let qi = qis[*slot];
-        profile.rows_scored += distances.scored.get();
-        profile.refine_rows_read += found.len() as u64;
-        let nodes: Vec<u32> = found.into_iter().map(|(_, node)| node).collect();
-        let (q, qn) = (batch.queries.row(qi), batch.queries.norms_sq[qi]);
-        push_exact(
-            body,
-            row_ids,
-            &nodes,
-            batch.metric,
-            q,
-            qn,
-            &mut heaps[*slot],
-        );
-    }
+            width,
+            &admit,
+        ),
+    };
+    profile.rows_scored += visited.get();
+    profile.refine_rows_read += found.len() as u64;
+    let nodes: Vec<u32> = found.into_iter().map(|(_, node)| node).collect();
+    push_exact(body, row_ids, &nodes, batch.metric, q, qn, heap);
     Ok(())
-}
-
-/// A walk's distances, counting the nodes scored (`rows_scored`).
-struct Counted<'a> {
-    inner: Box<dyn WalkDistances + 'a>,
-    scored: Cell<u64>,
-}
-
-impl WalkDistances for Counted<'_> {
-    fn prefetch(&self, nodes: &[u32]) {
-        self.inner.prefetch(nodes)
-    }
-
-    fn score(&self, nodes: &[u32], out: &mut [f32]) {
-        self.scored.set(self.scored.get() + nodes.len() as u64);
-        self.inner.score(nodes, out)
-    }
 }
 
 #[inline(always)]

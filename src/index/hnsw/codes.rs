@@ -16,7 +16,6 @@
 //! costs one [`CodeDot`] over its codes, finished by the metric with the
 //! decoded row's norm.
 
-use super::graph::interleave::WalkDistances;
 use crate::index::sq::ScalarQuantizer;
 use crate::kernel::pair_codes::{prefetch_code, CodeDot};
 use crate::kernel::{fma_dot, Metric};
@@ -125,17 +124,15 @@ pub struct PreparedCodes<'a> {
     dot: CodeDot,
 }
 
-/// The walk's estimated distance to each of `nodes`, four at a time; a
-/// node's estimate is the same in any group.
-impl WalkDistances for PreparedCodes<'_> {
-    fn prefetch(&self, nodes: &[u32]) {
-        for &i in nodes {
-            prefetch_code(self.codes.code(i));
-        }
-    }
-
-    fn score(&self, nodes: &[u32], out: &mut [f32]) {
+impl PreparedCodes<'_> {
+    /// The walk's estimated distance to each of `nodes`, four at a time
+    /// after a prefetch of all; a node's estimate is the same in any
+    /// group.
+    pub fn to_nodes(&self, nodes: &[u32], out: &mut [f32]) {
         let c = self.codes;
+        for &i in nodes {
+            prefetch_code(c.code(i));
+        }
         let finish = |d: f32, i: u32| {
             let dot = self.offset + d;
             let scale = c.scale[i as usize];
@@ -184,7 +181,7 @@ mod tests {
             let prepared = codes.prepare(metric, &q, qn);
             let nodes: Vec<u32> = (0..200).collect();
             let mut got = vec![0.0; 200];
-            prepared.score(&nodes, &mut got);
+            prepared.to_nodes(&nodes, &mut got);
             for (i, x) in rows.chunks_exact(dim).enumerate() {
                 let want = metric.finish(fma_dot(&q, x), qn, fma_dot(x, x));
                 // Each coordinate is off by at most half a step (1/255),
@@ -198,7 +195,7 @@ mod tests {
             // Alone and in groups of four, the same bits.
             for i in 0..200u32 {
                 let mut one = [0.0];
-                prepared.score(&[i], &mut one);
+                prepared.to_nodes(&[i], &mut one);
                 assert_eq!(one[0].to_bits(), got[i as usize].to_bits());
             }
         }
@@ -238,7 +235,9 @@ mod tests {
                 exact.into_iter().map(|e| e.1).collect()
             };
             let prepared = codes.prepare(Metric::L2, q, fma_dot(q, q));
-            let found = g.search(|nodes, out| prepared.score(nodes, out), ef, ef, &|_| true);
+            let found = g.search(|nodes, out| prepared.to_nodes(nodes, out), ef, ef, &|_| {
+                true
+            });
             by_codes += reranked(found).iter().filter(|i| truth.contains(i)).count();
             let found = g.search(
                 |nodes, out| {

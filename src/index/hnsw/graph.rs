@@ -653,9 +653,6 @@ fn select(candidates: &[Near], keep: usize, between: &impl NodeDistance) -> Vec<
     chosen
 }
 
-#[path = "interleave.rs"]
-pub(crate) mod interleave;
-
 #[cfg(test)]
 #[path = "graph_tests.rs"]
 mod tests;

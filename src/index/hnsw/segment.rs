@@ -15,7 +15,6 @@
 //! its bytes like any partition.
 
 use super::codes::{walk_reads_codes, WalkCodes};
-use super::graph::interleave::WalkDistances;
 use super::graph::{HnswGraph, HnswParams, NodeDistance, Parallel};
 use crate::error::{Error, Result};
 use crate::index::cache::PartitionCache;
@@ -57,7 +56,7 @@ pub struct GraphBody {
     pub norms_sq: Vec<f32>,
     /// What the walk finishes a node's distance with: `1/‖x‖` under
     /// cosine (0 for a zero row), ‖x‖² otherwise (see
-    /// [`FloatWalk`]).
+    /// [`WalkDistance::query_to_nodes`]).
     pub walk_scale: Vec<f32>,
     /// The 8-bit codes a walk reads, unless walks read the float32
     /// vectors (see [`super::codes`]).
@@ -104,7 +103,17 @@ impl WalkDistance {
     /// `nodes`, four rows at a time (their loads overlap); a node's
     /// distance is the same in any group. An estimate for the walk: the
     /// dot product's lanes summed, and cosine by `1 − q·x · (1/‖x‖)`.
-    fn score(self, body: &GraphBody, q: &[f32], qn: f32, nodes: &[u32], out: &mut [f32]) {
+    pub fn query_to_nodes(
+        self,
+        body: &GraphBody,
+        q: &[f32],
+        qn: f32,
+        nodes: &[u32],
+        out: &mut [f32],
+    ) {
+        for &i in nodes {
+            prefetch(body.vector(i));
+        }
         // An estimate: a multiply where `Metric::finish` divides by a
         // square root (the rerank finishes exactly).
         let finish = |d: f32, i: u32| {
@@ -150,30 +159,6 @@ impl WalkDistance {
             Metric::Cosine => 1.0,
             Metric::Dot => -d,
         }
-    }
-}
-
-/// A prepared query's float32 walk of one segment (`SHOAL_HNSW_WALK=f32`).
-pub struct FloatWalk<'a> {
-    /// The metric and the estimate.
-    pub distance: WalkDistance,
-    /// The segment.
-    pub body: &'a GraphBody,
-    /// The query (normalised for cosine).
-    pub q: &'a [f32],
-    /// ‖q‖².
-    pub qn: f32,
-}
-
-impl WalkDistances for FloatWalk<'_> {
-    fn prefetch(&self, nodes: &[u32]) {
-        for &i in nodes {
-            prefetch(self.body.vector(i));
-        }
-    }
-
-    fn score(&self, nodes: &[u32], out: &mut [f32]) {
-        self.distance.score(self.body, self.q, self.qn, nodes, out)
     }
 }
 
