@@ -13,10 +13,10 @@
 //!   estimated distance, read from the rows' 8-bit codes
 //!   ([`WalkCodes`](crate::index::hnsw::codes::WalkCodes); the float32
 //!   vectors through [`PairDot`](crate::kernel::pair::PairDot) under
-//!   `SHOAL_HNSW_WALK=f32`), every one then *reranked*: its distance recomputed by the FMA chain of the
-//!   block kernels and finished by the metric, so a row has the same
-//!   distance here as in an exact scan, and the best `k + offset` by
-//!   `(distance, row id)` are kept.
+//!   `SHOAL_HNSW_WALK=f32`), every one then *reranked*: its distance
+//!   recomputed by the FMA chain of the block kernels and finished by the
+//!   metric, so a row has the same distance here as in an exact scan, and
+//!   the best `k + offset` by `(distance, row id)` are kept.
 //! * **Exact** instead, when the prefilter admits at most
 //!   [`exact_below`]`(rows, m, ef)` of the segment's rows: those rows are
 //!   scored with the same FMA chain. A walk among few admitted rows visits

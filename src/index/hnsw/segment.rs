@@ -10,9 +10,9 @@
 //! The walk reads 8-bit codes of the vectors kept here (not the
 //! fragments'), quantized at load ([`super::codes`]), and the rerank the
 //! vectors themselves, so that a search touches two contiguous arrays; the
-//! rows' norms are computed at load by the FMA chain every kernel uses. A loaded segment is one entry
-//! of the partition cache (partition 0 of the segment's key), weighed by
-//! its bytes like any partition.
+//! rows' norms are computed at load by the FMA chain every kernel uses. A
+//! loaded segment is one entry of the partition cache (partition 0 of the
+//! segment's key), weighed by its bytes like any partition.
 
 use super::codes::{walk_reads_codes, WalkCodes};
 use super::graph::{HnswGraph, HnswParams, NodeDistance, Parallel};
