@@ -167,3 +167,72 @@ fn ties_resolve_by_node_and_small_graphs_return_every_row() {
     .search(each(|_| 0.0), 5, 5, &|_| true)
     .is_empty());
 }
+
+/// The build's distances with exact copies told apart from near rows.
+struct WithCopies<'a> {
+    data: &'a [f32],
+    dim: usize,
+}
+
+impl NodeDistance for WithCopies<'_> {
+    fn between(&self, a: u32, b: u32) -> f32 {
+        let row = |i: u32| &self.data[i as usize * self.dim..(i as usize + 1) * self.dim];
+        l2(row(a), row(b))
+    }
+
+    fn same(&self, a: u32, b: u32) -> bool {
+        let row = |i: u32| &self.data[i as usize * self.dim..(i as usize + 1) * self.dim];
+        row(a) == row(b)
+    }
+}
+
+#[test]
+fn many_exact_copies_do_not_trap_a_walk() {
+    let (n, dim, m) = (300, 4, 6);
+    let mut data = clustered_vectors(n, dim, 4, 5);
+    // 100 copies of row 0, far more than a layer-0 list (2m = 12) holds.
+    let first = data[..dim].to_vec();
+    for r in (1..n).step_by(3) {
+        data[r * dim..(r + 1) * dim].copy_from_slice(&first);
+    }
+    let copies = data.chunks(dim).filter(|r| *r == first.as_slice()).count();
+    assert!(copies > 2 * m + 50, "{copies} copies");
+    let g = HnswGraph::build(
+        n,
+        HnswParams {
+            m,
+            ef_construction: 40,
+            seed: 9,
+        },
+        &in_turn,
+        &mut |_| {},
+        WithCopies { data: &data, dim },
+    )
+    .unwrap();
+    let row = |i: u32| &data[i as usize * dim..(i as usize + 1) * dim];
+    let is_copy = |i: u32| row(i) == first.as_slice();
+    // From a copy, and from a row far from them: every other row is
+    // reachable, and nearly every copy (a copy may end with no link in:
+    // each list keeps at most half copies).
+    for q in [first.clone(), row(n as u32 - 1).to_vec()] {
+        let all = g.search(each(|i| l2(&q, row(i))), n, n, &|_| true);
+        let others = all.iter().filter(|a| !is_copy(a.1)).count();
+        assert_eq!(others, n - copies, "every row that is no copy is reachable");
+        let reached = all.iter().filter(|a| is_copy(a.1)).count();
+        assert!(
+            reached * 10 >= copies * 9,
+            "{reached} of {copies} copies reachable"
+        );
+    }
+    // k copies for a copy; the nearest rows for a row away from them and
+    // for a query next to them.
+    let got = g.search(each(|i| l2(&first, row(i))), 10, 64, &|_| true);
+    assert!(got.iter().all(|g| g.0 == 0.0) && got.len() == 10, "{got:?}");
+    for q in [
+        row(n as u32 - 1).to_vec(),
+        first.iter().map(|x| x + 0.01).collect(),
+    ] {
+        let got = g.search(each(|i| l2(&q, row(i))), 10, 64, &|_| true);
+        assert_eq!(got, brute(&data, dim, &q, 10, &|_| true));
+    }
+}

@@ -179,7 +179,16 @@ struct BuildDistance<'a> {
     vectors: &'a [f32],
     /// Each row's [`build_scale`].
     norms: &'a [f32],
+    /// Each row's [`row_hash`], to tell exact copies apart cheaply.
+    hashes: &'a [u64],
     dim: usize,
+}
+
+/// A hash of a row's bits: rows with different hashes are not copies.
+fn row_hash(row: &[f32]) -> u64 {
+    row.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
+        (h ^ u64::from(x.to_bits())).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 impl BuildDistance<'_> {
@@ -194,6 +203,10 @@ impl NodeDistance for BuildDistance<'_> {
         let d = self.distance.dot.dot(self.row(a), self.row(b));
         self.distance
             .finish_between(d, self.norms[a as usize], self.norms[b as usize])
+    }
+
+    fn same(&self, a: u32, b: u32) -> bool {
+        self.hashes[a as usize] == self.hashes[b as usize] && self.row(a) == self.row(b)
     }
 
     fn between_many(&self, a: u32, nodes: &[u32], out: &mut [f32]) {
@@ -272,10 +285,12 @@ pub fn build_hnsw_segment(
         .chunks_exact(dim)
         .map(|x| build_scale(metric, fma_dot(x, x)))
         .collect();
+    let hashes: Vec<u64> = vectors.chunks_exact(dim).map(row_hash).collect();
     let distance = BuildDistance {
         distance: WalkDistance::new(metric),
         vectors: &vectors,
         norms: &norms,
+        hashes: &hashes,
         dim,
     };
     let graph = HnswGraph::build(
