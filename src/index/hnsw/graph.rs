@@ -640,10 +640,11 @@ fn spread_ties(node: u32, mut candidates: Vec<Near>) -> Vec<Near> {
 /// with the nearest skipped ones when fewer pass (so that sparse regions
 /// stay connected).
 ///
-/// Exact copies of `node` ([`NodeDistance::same`]) take at most half the
-/// list, and the fill takes rows that copy a kept one last: a list of
-/// copies only would let a walk that enters many copies of one vector
-/// reach nothing else.
+/// Exact copies of `node` ([`NodeDistance::same`]): at most half the list
+/// goes through the heuristic, and the fill takes rows that copy a kept
+/// one last, so copies fill the rest only when nothing else is left: a
+/// list of copies only would let a walk that enters many copies of one
+/// vector reach nothing else.
 fn select(node: u32, candidates: &[Near], keep: usize, between: &impl NodeDistance) -> Vec<Near> {
     let max_copies = (keep / 2).max(1);
     let mut chosen: Vec<Near> = Vec::with_capacity(keep);
