@@ -64,14 +64,15 @@ impl PairDot {
     }
 }
 
-/// Asks the CPU to start loading the cache lines of `row` (up to the
-/// first 1 KiB), so that a dot product soon after finds them near.
+/// Asks the CPU to start loading the cache lines of `row` (float32 values
+/// or 8-bit codes; up to the first 1 KiB), so that a dot product soon
+/// after finds them near.
 #[inline(always)]
-pub fn prefetch(row: &[f32]) {
+pub fn prefetch<T>(row: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let lines = (row.len() * 4).div_ceil(64).min(16);
+        let lines = std::mem::size_of_val(row).div_ceil(64).min(16);
         for l in 0..lines {
             // SAFETY: prefetching is a hint and never faults; the address
             // lies inside (or one line past the start of) `row`.
@@ -80,6 +81,29 @@ pub fn prefetch(row: &[f32]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = row;
+}
+
+/// `out[i]` = the distance to `nodes[i]`: groups of four by `four` (their
+/// rows load side by side), the rest one by one by `one`. How every walk
+/// and build distance scores a node's neighbours.
+#[inline(always)]
+pub fn in_fours(
+    nodes: &[u32],
+    out: &mut [f32],
+    mut four: impl FnMut([u32; 4]) -> [f32; 4],
+    mut one: impl FnMut(u32) -> f32,
+) {
+    let groups = nodes.chunks_exact(4);
+    let rest = groups.remainder();
+    let mut at = 0;
+    for g in groups {
+        out[at..at + 4].copy_from_slice(&four([g[0], g[1], g[2], g[3]]));
+        at += 4;
+    }
+    for &i in rest {
+        out[at] = one(i);
+        at += 1;
+    }
 }
 
 /// Sixteen partial sums, added pairwise at the end.
@@ -112,7 +136,7 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
 /// The CPU supports AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn sum_lanes(s: std::arch::x86_64::__m256) -> f32 {
+pub(super) unsafe fn sum_lanes(s: std::arch::x86_64::__m256) -> f32 {
     use std::arch::x86_64::*;
     let half = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     let quad = _mm_add_ps(half, _mm_movehl_ps(half, half));

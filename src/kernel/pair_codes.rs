@@ -57,22 +57,6 @@ impl CodeDot {
     }
 }
 
-/// Asks the CPU to start loading `code`'s cache lines (up to 1 KiB).
-#[inline(always)]
-pub fn prefetch_code(code: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let lines = code.len().div_ceil(64).min(16);
-        for l in 0..lines {
-            // SAFETY: prefetching is a hint and never faults.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(code.as_ptr().cast::<i8>().wrapping_add(64 * l)) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = code;
-}
-
 /// Eight partial sums, added pairwise at the end.
 fn code_dot_portable(q: &[f32], code: &[u8]) -> f32 {
     let mut acc = [0.0f32; 8];
@@ -149,10 +133,7 @@ unsafe fn code_rows_avx2<const R: usize>(q: &[f32], rows: [&[u8]; R]) -> [f32; R
     }
     let mut out = [0.0f32; R];
     for r in 0..R {
-        let s = _mm256_add_ps(acc[r][0], acc[r][1]);
-        let half = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        let quad = _mm_add_ps(half, _mm_movehl_ps(half, half));
-        let mut total = _mm_cvtss_f32(_mm_add_ss(quad, _mm_shuffle_ps(quad, quad, 1)));
+        let mut total = super::pair::sum_lanes(_mm256_add_ps(acc[r][0], acc[r][1]));
         for j in i..n {
             total += *pq.add(j) * f32::from(*p[r].add(j));
         }

@@ -16,8 +16,10 @@
 //! costs one [`CodeDot`] over its codes, finished by the metric with the
 //! decoded row's norm.
 
+use super::segment::walk_finish;
 use crate::index::sq::ScalarQuantizer;
-use crate::kernel::pair_codes::{prefetch_code, CodeDot};
+use crate::kernel::pair::{in_fours, prefetch};
+use crate::kernel::pair_codes::CodeDot;
 use crate::kernel::{fma_dot, Metric};
 use std::sync::OnceLock;
 
@@ -131,34 +133,20 @@ impl PreparedCodes<'_> {
     pub fn to_nodes(&self, nodes: &[u32], out: &mut [f32]) {
         let c = self.codes;
         for &i in nodes {
-            prefetch_code(c.code(i));
+            prefetch(c.code(i));
         }
         let finish = |d: f32, i: u32| {
-            let dot = self.offset + d;
-            let scale = c.scale[i as usize];
-            match self.metric {
-                Metric::L2 => ((self.qn + scale) - 2.0 * dot).max(0.0),
-                Metric::Cosine => 1.0 - dot * scale,
-                Metric::Dot => -dot,
-            }
+            walk_finish(self.metric, self.offset + d, self.qn, c.scale[i as usize])
         };
-        let groups = nodes.chunks_exact(4);
-        let rest = groups.remainder();
-        let mut at = 0;
-        for g in groups {
-            let d = self.dot.dot4(
-                &self.weights,
-                [c.code(g[0]), c.code(g[1]), c.code(g[2]), c.code(g[3])],
-            );
-            for (j, &i) in g.iter().enumerate() {
-                out[at + j] = finish(d[j], i);
-            }
-            at += 4;
-        }
-        for &i in rest {
-            out[at] = finish(self.dot.dot(&self.weights, c.code(i)), i);
-            at += 1;
-        }
+        in_fours(
+            nodes,
+            out,
+            |g| {
+                let d = self.dot.dot4(&self.weights, g.map(|i| c.code(i)));
+                [0, 1, 2, 3].map(|j| finish(d[j], g[j]))
+            },
+            |i| finish(self.dot.dot(&self.weights, c.code(i)), i),
+        );
     }
 }
 

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::index::cache::PartitionCache;
 use crate::index::ivf::{for_each_visible, visible_rows};
 use crate::index::partition::{Partition, Payload};
-use crate::kernel::pair::{prefetch, PairDot};
+use crate::kernel::pair::{in_fours, prefetch, PairDot};
 use crate::kernel::{fma_dot, Metric};
 use crate::storage::checksum::{ChecksumWriter, FileChecksum};
 use crate::storage::index_meta::{IndexKind, IndexParams, IndexSegmentMeta, INDICES_DIR};
@@ -114,38 +114,16 @@ impl WalkDistance {
         for &i in nodes {
             prefetch(body.vector(i));
         }
-        // An estimate: a multiply where `Metric::finish` divides by a
-        // square root (the rerank finishes exactly).
-        let finish = |d: f32, i: u32| {
-            let scale = body.walk_scale[i as usize];
-            match self.metric {
-                Metric::L2 => ((qn + scale) - 2.0 * d).max(0.0),
-                Metric::Cosine => 1.0 - d * scale,
-                Metric::Dot => -d,
-            }
-        };
-        let groups = nodes.chunks_exact(4);
-        let rest = groups.remainder();
-        let mut at = 0;
-        for g in groups {
-            let d = self.dot.dot4(
-                q,
-                [
-                    body.vector(g[0]),
-                    body.vector(g[1]),
-                    body.vector(g[2]),
-                    body.vector(g[3]),
-                ],
-            );
-            for (j, &i) in g.iter().enumerate() {
-                out[at + j] = finish(d[j], i);
-            }
-            at += 4;
-        }
-        for &i in rest {
-            out[at] = finish(self.dot.dot(q, body.vector(i)), i);
-            at += 1;
-        }
+        let finish = |d: f32, i: u32| walk_finish(self.metric, d, qn, body.walk_scale[i as usize]);
+        in_fours(
+            nodes,
+            out,
+            |g| {
+                let d = self.dot.dot4(q, g.map(|i| body.vector(i)));
+                [0, 1, 2, 3].map(|j| finish(d[j], g[j]))
+            },
+            |i| finish(self.dot.dot(q, body.vector(i)), i),
+        );
     }
 
     /// Between two stored rows (symmetric), from their dot product's
@@ -159,6 +137,19 @@ impl WalkDistance {
             Metric::Cosine => 1.0,
             Metric::Dot => -d,
         }
+    }
+}
+
+/// A walk's estimated distance from a query's dot product `d` with a row
+/// and the row's *scale* (‖x‖² for l2, `1/‖x‖` for cosine, unused for
+/// dot): a multiply where `Metric::finish` divides by a square root (the
+/// rerank finishes exactly).
+#[inline(always)]
+pub fn walk_finish(metric: Metric, d: f32, qn: f32, scale: f32) -> f32 {
+    match metric {
+        Metric::L2 => ((qn + scale) - 2.0 * d).max(0.0),
+        Metric::Cosine => 1.0 - d * scale,
+        Metric::Dot => -d,
     }
 }
 
@@ -214,30 +205,18 @@ impl NodeDistance for BuildDistance<'_> {
             prefetch(self.row(b));
         }
         let na = self.norms[a as usize];
-        let groups = nodes.chunks_exact(4);
-        let rest = groups.remainder();
-        let mut at = 0;
-        for g in groups {
-            let d = self.distance.dot.dot4(
-                self.row(a),
-                [
-                    self.row(g[0]),
-                    self.row(g[1]),
-                    self.row(g[2]),
-                    self.row(g[3]),
-                ],
-            );
-            for (j, &b) in g.iter().enumerate() {
-                out[at + j] = self
-                    .distance
-                    .finish_between(d[j], na, self.norms[b as usize]);
-            }
-            at += 4;
-        }
-        for &b in rest {
-            out[at] = self.between(a, b);
-            at += 1;
-        }
+        in_fours(
+            nodes,
+            out,
+            |g| {
+                let d = self.distance.dot.dot4(self.row(a), g.map(|b| self.row(b)));
+                [0, 1, 2, 3].map(|j| {
+                    self.distance
+                        .finish_between(d[j], na, self.norms[g[j] as usize])
+                })
+            },
+            |b| self.between(a, b),
+        );
     }
 }
 
