@@ -97,7 +97,20 @@ pub fn search(
     let all: Vec<usize> = (0..view.fragments.len())
         .filter(|&i| batch.searches_fragment(view.fragments[i].meta.id))
         .collect();
-    let (items, mask_of) = items(admission, view.fragments, &all, batch)?;
+    let (heaps, _) = scan_positions(view, batch, admission, &all)?;
+    postfilter_and_page(admission, batch, heaps)
+}
+
+/// The exact scan of the view's fragments at `positions` on the scan pool:
+/// each query's heap, and the rows scanned per query.
+fn scan_positions(
+    view: &IndexView<'_>,
+    batch: &ValidatedBatch,
+    admission: &Admission<'_>,
+    positions: &[usize],
+) -> Result<(Vec<TopK>, u64)> {
+    let (items, mask_of) = items(admission, view.fragments, positions, batch)?;
+    let rows = items.iter().map(|i| i.fragment.rows() as u64).sum();
     let heaps = scan(
         &items,
         &mask_of,
@@ -106,7 +119,7 @@ pub fn search(
         view.threads,
         Kernel::detect(),
     )?;
-    postfilter_and_page(admission, batch, heaps)
+    Ok((heaps, rows))
 }
 
 /// The exact scan of the fragments at positions `rest` (those no index
@@ -120,20 +133,11 @@ pub fn merge_unindexed(
     heaps: &mut [TopK],
     profile: &mut crate::exec::Profile,
 ) -> Result<()> {
-    let (items, mask_of) = items(admission, view.fragments, rest, batch)?;
-    let found = scan(
-        &items,
-        &mask_of,
-        batch,
-        view,
-        view.threads,
-        Kernel::detect(),
-    )?;
+    let (found, rows) = scan_positions(view, batch, admission, rest)?;
     for (heap, more) in heaps.iter_mut().zip(found) {
         heap.merge(more);
     }
-    profile.rows_scored +=
-        items.iter().map(|i| i.fragment.rows() as u64).sum::<u64>() * batch.len() as u64;
+    profile.rows_scored += rows * batch.len() as u64;
     Ok(())
 }
 
