@@ -34,7 +34,7 @@ use crate::exec::ann::{unindexed_by, IndexView};
 use crate::exec::exact;
 use crate::exec::prefilter::{Admission, Bits, RowTest};
 use crate::exec::profile::{ms_since, Profile};
-use crate::index::hnsw::segment::{GraphBody, WalkDistance};
+use crate::index::hnsw::segment::{GraphBody, WalkDistance, WalkReads};
 use crate::index::partition::{Partition, Payload};
 use crate::kernel::pair::{fma_dots, CHAINS};
 use crate::kernel::Metric;
@@ -181,35 +181,33 @@ fn search_segment(
     let visited = Cell::new(0u64);
     let everything = bits.is_none() && seg.all_visible;
     let admit = |i: u32| everything || test_allows(&test, row_ids, i);
-    let found = match &body.codes {
-        Some(codes) => {
+    let score: Score<'_> = match &body.walk {
+        WalkReads::Codes(codes) => {
             let prepared = codes.prepare(batch.metric, q, qn);
-            body.graph.search(
-                |nodes, out| {
-                    visited.set(visited.get() + nodes.len() as u64);
-                    prepared.to_nodes(nodes, out)
-                },
-                width,
-                width,
-                &admit,
-            )
+            Box::new(move |nodes, out| prepared.to_nodes(nodes, out))
         }
-        None => body.graph.search(
-            |nodes, out| {
-                visited.set(visited.get() + nodes.len() as u64);
-                distance.query_to_nodes(body, q, qn, nodes, out)
-            },
-            width,
-            width,
-            &admit,
-        ),
+        WalkReads::Floats { scale } => {
+            Box::new(move |nodes, out| distance.query_to_nodes(body, scale, q, qn, nodes, out))
+        }
     };
+    let found = body.graph.search(
+        |nodes, out| {
+            visited.set(visited.get() + nodes.len() as u64);
+            score(nodes, out)
+        },
+        width,
+        width,
+        &admit,
+    );
     profile.rows_scored += visited.get();
     profile.refine_rows_read += found.len() as u64;
     let nodes: Vec<u32> = found.into_iter().map(|(_, node)| node).collect();
     push_exact(body, row_ids, &nodes, batch.metric, q, qn, heap);
     Ok(())
 }
+
+/// A walk's distances to a node's neighbours, from codes or floats.
+type Score<'a> = Box<dyn Fn(&[u32], &mut [f32]) + 'a>;
 
 #[inline(always)]
 fn test_allows(test: &RowTest<'_>, row_ids: &[u64], node: u32) -> bool {

@@ -54,13 +54,23 @@ pub struct GraphBody {
     pub vectors: Vec<f32>,
     /// ‖x‖² of each node's vector (the FMA chain).
     pub norms_sq: Vec<f32>,
-    /// What the walk finishes a node's distance with: `1/‖x‖` under
-    /// cosine (0 for a zero row), ‖x‖² otherwise (see
+    /// What a walk reads.
+    pub walk: WalkReads,
+}
+
+/// What a walk reads: the rows' 8-bit codes (see [`super::codes`]), or
+/// under `SHOAL_HNSW_WALK=f32` the float32 vectors.
+#[derive(Debug)]
+pub enum WalkReads {
+    /// The codes, with what their distances are finished by.
+    Codes(WalkCodes),
+    /// The vectors, each row's distance finished by its scale: `1/‖x‖`
+    /// under cosine (0 for a zero row), ‖x‖² otherwise (see
     /// [`WalkDistance::query_to_nodes`]).
-    pub walk_scale: Vec<f32>,
-    /// The 8-bit codes a walk reads, unless walks read the float32
-    /// vectors (see [`super::codes`]).
-    pub codes: Option<WalkCodes>,
+    Floats {
+        /// Per node.
+        scale: Vec<f32>,
+    },
 }
 
 impl GraphBody {
@@ -74,8 +84,11 @@ impl GraphBody {
     /// Bytes held in memory.
     pub fn size_bytes(&self) -> usize {
         self.graph.size_bytes()
-            + 4 * (self.vectors.len() + self.norms_sq.len() + self.walk_scale.len())
-            + self.codes.as_ref().map_or(0, WalkCodes::size_bytes)
+            + 4 * (self.vectors.len() + self.norms_sq.len())
+            + match &self.walk {
+                WalkReads::Codes(codes) => codes.size_bytes(),
+                WalkReads::Floats { scale } => 4 * scale.len(),
+            }
     }
 }
 
@@ -103,9 +116,12 @@ impl WalkDistance {
     /// `nodes`, four rows at a time (their loads overlap); a node's
     /// distance is the same in any group. An estimate for the walk: the
     /// dot product's lanes summed, and cosine by `1 − q·x · (1/‖x‖)`.
+    /// `scale` is [`WalkReads::Floats`]'.
+    #[allow(clippy::too_many_arguments)]
     pub fn query_to_nodes(
         self,
         body: &GraphBody,
+        scale: &[f32],
         q: &[f32],
         qn: f32,
         nodes: &[u32],
@@ -114,7 +130,7 @@ impl WalkDistance {
         for &i in nodes {
             prefetch(body.vector(i));
         }
-        let finish = |d: f32, i: u32| walk_finish(self.metric, d, qn, body.walk_scale[i as usize]);
+        let finish = |d: f32, i: u32| walk_finish(self.metric, d, qn, scale[i as usize]);
         in_fours(
             nodes,
             out,
@@ -448,8 +464,14 @@ impl HnswSegment {
             vectors.chunks_exact(d.dim).map(|x| fma_dot(x, x)).collect()
         };
         let read = d.vectors.bytes + d.graph.bytes;
-        let codes =
-            walk_reads_codes().then(|| WalkCodes::encode(&vectors, d.dim, self.meta.metric));
+        let metric = self.meta.metric;
+        let walk = if walk_reads_codes() {
+            WalkReads::Codes(WalkCodes::encode(&vectors, d.dim, metric))
+        } else {
+            WalkReads::Floats {
+                scale: norms_sq.iter().map(|&n| build_scale(metric, n)).collect(),
+            }
+        };
         Ok((
             Partition {
                 row_ids,
@@ -457,12 +479,8 @@ impl HnswSegment {
                     graph,
                     dim: d.dim,
                     vectors,
-                    walk_scale: norms_sq
-                        .iter()
-                        .map(|&n| build_scale(self.meta.metric, n))
-                        .collect(),
                     norms_sq,
-                    codes,
+                    walk,
                 })),
             },
             read,
