@@ -89,14 +89,17 @@ for i in $(seq 0 $((replicas - 1))); do
   supervisors+=($!)
   servers="$servers        server 127.0.0.1:$port max_fails=1 fail_timeout=2s;\n"
 done
+# nginx starts once every replica is ready: /readyz answers 200 once a
+# replica serves and, with `[storage] prewarm = true`, has filled its disk
+# cache (a cold replica would otherwise take its first traffic slowly).
 for i in $(seq 0 $((replicas - 1))); do
   port=$((first_port + i))
   for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
     sleep 0.5
   done
-  curl -sf "http://127.0.0.1:$port/healthz" >/dev/null \
-    || { echo "replica $i did not start:" >&2; cat "$run/replica-$i.log" >&2; exit 1; }
+  curl -sf "http://127.0.0.1:$port/readyz" >/dev/null \
+    || { echo "replica $i did not become ready:" >&2; cat "$run/replica-$i.log" >&2; exit 1; }
 done
 
 # deploy/nginx.conf with this run's replicas and front port.

@@ -147,6 +147,26 @@ pub struct StorageConfig {
     pub retry_timeout_ms: u64,
     /// Time limit of one try.
     pub request_timeout_ms: u64,
+    /// GET requests one read of a remote dataset keeps in flight (the
+    /// probed partitions of a batch, a fragment's pages).
+    pub max_concurrent_gets: usize,
+    /// `serve`: fill the disk cache with every indexed column's partitions
+    /// and the fragments' `id` pages before reporting ready (`/readyz`).
+    pub prewarm: bool,
+    /// The layout of new fragment files: `paged` (each column readable
+    /// alone; manifest format 4) or `arrow_ipc` (one Arrow IPC file, what
+    /// shoal builds before format 4 read).
+    pub fragment_layout: FragmentLayout,
+}
+
+/// How new fragment files are laid out (`storage.fragment_layout`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FragmentLayout {
+    /// Paged columns: a search reads only the columns and rows it uses.
+    Paged,
+    /// One Arrow IPC file per fragment (read whole on object storage).
+    ArrowIpc,
 }
 
 /// A memory size: a number of bytes, a size string (`"512MiB"`, `"2GB"`,
@@ -346,6 +366,10 @@ impl Config {
             (
                 "cache.max_concurrent_loads",
                 self.cache.max_concurrent_loads,
+            ),
+            (
+                "storage.max_concurrent_gets",
+                self.storage.max_concurrent_gets,
             ),
             ("coalescer.max_batch_size", self.coalescer.max_batch_size),
             ("coalescer.max_pending", self.coalescer.max_pending),

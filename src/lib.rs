@@ -68,10 +68,10 @@ pub use arrow_schema;
 pub use object_store;
 
 pub use cancel::CancelToken;
-pub use config::Config;
+pub use config::{Config, FragmentLayout};
 pub use db::{
-    Cleanup, Commit, Dataset, IntoRecordBatch, RowValues, Session, Split, StagedCommit,
-    VersionInfo, ORPHAN_MIN_AGE,
+    Cleanup, Commit, Dataset, IntoRecordBatch, PrewarmPartitions, PrewarmReport, RowValues,
+    Session, Split, StagedCommit, VersionInfo, ORPHAN_MIN_AGE,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use exec::{Profile, ScanPool};
@@ -85,7 +85,9 @@ pub use query::{
 pub use serve::{
     BlockingDataset, BlockingEngine, DatasetHandle, Engine, EngineStats, HistogramSnapshot,
 };
-pub use storage::{Column, ColumnType, DiskCache, FragmentMeta, Manifest, Schema, ID_COLUMN};
+pub use storage::{
+    Column, ColumnType, DiskCache, FragmentMeta, Manifest, Schema, StorageIo, ID_COLUMN,
+};
 
 /// Reading input files into datasets: `.fvecs`, `.npy`, Parquet and JSON
 /// Lines, streamed in chunks and committed as one version.

@@ -442,6 +442,27 @@ impl Dataset {
         Ok((commit.version, commit.rows))
     }
 
+    /// Fills the disk cache with what searches of `column` read (every
+    /// indexed column when `None`; `partitions` of each IVF segment, all
+    /// when `None`); returns `(partitions, fragments, gets, bytes)`.
+    #[pyo3(signature = (column=None, partitions=None))]
+    fn prewarm(
+        &self,
+        py: Python<'_>,
+        column: Option<String>,
+        partitions: Option<Vec<u32>>,
+    ) -> PyResult<(u64, u64, u64, u64)> {
+        let ds = self.handle.latest();
+        let which = match partitions {
+            Some(list) => shoal::PrewarmPartitions::Only(list),
+            None => shoal::PrewarmPartitions::All,
+        };
+        let r = py
+            .detach(|| ds.prewarm(column.as_deref(), &which))
+            .map_err(to_py)?;
+        Ok((r.partitions, r.fragments, r.gets, r.bytes))
+    }
+
     /// How many fragment files the latest version has.
     fn fragment_count(&self) -> usize {
         self.handle.latest().manifest().fragments.len()

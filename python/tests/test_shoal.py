@@ -327,3 +327,16 @@ def test_an_engine_over_an_object_store_url_answers_like_a_local_one(tmp_path):
     finally:
         remote.close()
         local.close()
+
+
+def test_prewarm_of_a_local_dataset_fetches_nothing_and_checks_its_arguments(docs):
+    ds, vectors, _ = docs
+    report = ds.prewarm()
+    assert report == {"partitions": 16, "fragments": ds.fragment_count(), "gets": 0, "bytes": 0}
+    assert ds.prewarm(column="vector", partitions=[0, 3])["partitions"] == 2
+    with pytest.raises(shoal.InvalidInput):
+        ds.prewarm(partitions=[16])
+    with pytest.raises(shoal.ShoalError):
+        ds.prewarm(column="nope")
+    # Searches still answer as before.
+    assert len(ds.search(vectors[0], k=3)) == 3

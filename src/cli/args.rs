@@ -273,10 +273,23 @@ pub enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
-    /// Index the fragments appended since the last index build (delta segments).
+    /// Index the fragments appended since the last index build (delta
+    /// segments), after rewriting Arrow IPC fragments into paged ones.
     Optimize {
         #[arg(long)]
         dataset: PathBuf,
+    },
+    /// Fill the disk cache of a dataset on object storage with what its
+    /// searches read (index partitions, id pages, unindexed vectors).
+    Prewarm {
+        #[arg(long)]
+        dataset: PathBuf,
+        /// Vector column (default: every indexed one).
+        #[arg(long)]
+        column: Option<String>,
+        /// Partition numbers, comma-separated (default: all).
+        #[arg(long, value_delimiter = ',')]
+        partitions: Vec<u32>,
     },
     /// Merge the small unindexed fragments many small appends leave at the
     /// end of a dataset (a new version; answers unchanged).
@@ -398,6 +411,9 @@ pub enum Command {
         /// remote: wait before every object-store request, ms.
         #[arg(long, default_value_t = 5)]
         latency_ms: u64,
+        /// remote: columns every query returns besides `id` (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        select: Vec<String>,
         /// engine: closed-loop client counts (implies --mode engine).
         #[arg(long, value_delimiter = ',')]
         concurrency: Vec<usize>,

@@ -191,11 +191,44 @@ pub fn run(cli: Cli) -> Result<()> {
             committed(commit.version, format_args!("{what}"))?;
             Ok(())
         }
+        Command::Prewarm {
+            dataset,
+            column,
+            partitions,
+        } => {
+            let ds = Dataset::open_with_config(&dataset, config)?.with_progress(progress_printer());
+            let which = if partitions.is_empty() {
+                shoal::PrewarmPartitions::All
+            } else {
+                shoal::PrewarmPartitions::Only(partitions)
+            };
+            let r = ds.prewarm(column.as_deref(), &which)?;
+            eprintln!();
+            println!(
+                "prewarmed {} ({}): {} partitions, {} fragments; {} GETs, {:.1} MiB in {:.1} s",
+                dataset.display(),
+                r.columns.join(", "),
+                r.partitions,
+                r.fragments,
+                r.gets,
+                r.bytes as f64 / (1 << 20) as f64,
+                r.elapsed_ms / 1e3
+            );
+            Ok(())
+        }
         Command::Optimize { dataset } => {
             let mut ds =
                 Dataset::open_with_config(&dataset, config)?.with_progress(progress_printer());
-            let built = ds.optimize()?.segments;
+            let before = ds.manifest().fragments.clone();
+            let commit = ds.optimize()?;
+            let built = commit.segments;
             eprintln!();
+            let rewritten = before.iter().filter(|f| f.paged.is_none()).count();
+            if rewritten > 0 {
+                println!(
+                    "rewrote {rewritten} Arrow IPC fragment(s) into paged fragments (same rows)"
+                );
+            }
             if built.is_empty() {
                 committed(
                     ds.version(),
@@ -286,6 +319,7 @@ pub fn run(cli: Cli) -> Result<()> {
             cache_bytes,
             passes,
             latency_ms,
+            select,
             concurrency,
             window_us,
             plot,
@@ -407,6 +441,7 @@ pub fn run(cli: Cli) -> Result<()> {
                         batch_sizes,
                         passes,
                         latency: std::time::Duration::from_millis(latency_ms),
+                        select,
                     };
                     let rows = run_remote(&opts, &config)?;
                     if let Some(p) = json {

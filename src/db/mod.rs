@@ -7,7 +7,7 @@ pub mod ingest;
 pub mod session;
 
 pub use dataset::{
-    Cleanup, Commit, Dataset, IntoRecordBatch, RowValues, Split, StagedCommit, VersionInfo,
-    ORPHAN_MIN_AGE,
+    Cleanup, Commit, Dataset, IntoRecordBatch, PrewarmPartitions, PrewarmReport, RowValues, Split,
+    StagedCommit, VersionInfo, ORPHAN_MIN_AGE,
 };
 pub use session::Session;

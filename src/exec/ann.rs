@@ -511,6 +511,10 @@ fn search_one(
         let t = Instant::now();
         let ranked = rank_partitions(seg, batch.metric, &one.queries, limit);
         profile.rank_ms += ms_since(t);
+        // The partitions it will surely probe, fetched together.
+        let mut surely: Vec<u32> = ranked[0].iter().copied().take(min).collect();
+        surely.sort_unstable();
+        seg.prefetch(&surely, view.cache)?;
         let mut passed = 0usize;
         for (i, &p) in ranked[0].iter().enumerate() {
             if i >= min && passed >= depth {

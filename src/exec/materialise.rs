@@ -3,6 +3,7 @@
 //! Only the fragments that hold returned rows are touched, and of those
 //! only `id` and the projected columns are read (through the column cache),
 //! so an indexed search never loads a vector column it does not return.
+//! Of a paged fragment file only the pages holding returned rows are read.
 
 use crate::error::{Error, Result};
 use crate::query::{Candidate, Hit, ScalarValue};
@@ -36,7 +37,9 @@ fn column_value(data: &ColumnData, offset: usize) -> Result<ScalarValue> {
     match data {
         ColumnData::Vectors(v) => Ok(ScalarValue::Vector(v.vector(offset))),
         ColumnData::Scalars(a) => value_at(a.as_ref(), offset),
-        ColumnData::Deletions(_) => Err(Error::Internal("projected a deletion file".into())),
+        ColumnData::Deletions(_) | ColumnData::Pages(_) => {
+            Err(Error::Internal("projected a file's metadata".into()))
+        }
     }
 }
 
@@ -48,15 +51,16 @@ pub fn row_values(
     names: &[&str],
 ) -> Result<Vec<ScalarValue>> {
     fragment
-        .columns(names)?
+        .take(names, &[offset])?
         .iter()
-        .map(|d| column_value(d, offset))
+        .map(|rows| column_value(&rows[0].0, rows[0].1))
         .collect()
 }
 
 /// Result rows for each query's candidates, each with its own projected
 /// columns (`projections[i]` for query `i`). The union of the projected
-/// columns is read once per fragment holding a returned row.
+/// columns is read once per fragment holding a returned row, only at the
+/// returned rows (see [`FragmentView::take`]).
 pub fn hits(
     fragments: &[FragmentView],
     candidates: &[Vec<Candidate>],
@@ -80,18 +84,30 @@ pub fn hits(
                 .collect()
         })
         .collect();
-    // Columns of each fragment that holds a returned row, read once.
-    let mut loaded: HashMap<u32, Vec<ColumnData>> = HashMap::new();
+    // The returned rows of each fragment, then their columns, read once.
+    let mut offsets: HashMap<u32, Vec<usize>> = HashMap::new();
     for c in candidates.iter().flatten() {
-        let frag_id = (c.row_id >> 32) as u32;
-        if let std::collections::hash_map::Entry::Vacant(slot) = loaded.entry(frag_id) {
-            let f = by_id
-                .get(&frag_id)
-                .ok_or_else(|| Error::Internal(format!("row {} has no fragment", c.row_id)))?;
-            slot.insert(f.columns(&names)?);
+        let rows = offsets.entry((c.row_id >> 32) as u32).or_default();
+        let offset = (c.row_id & 0xffff_ffff) as usize;
+        if !rows.contains(&offset) {
+            rows.push(offset);
         }
     }
-    let value = column_value;
+    // (fragment, offset) -> the values of `names` at that row.
+    let mut values: HashMap<(u32, usize), Vec<ScalarValue>> = HashMap::new();
+    for (frag_id, rows) in &offsets {
+        let f = by_id
+            .get(frag_id)
+            .ok_or_else(|| Error::Internal(format!("fragment {frag_id} is not in the view")))?;
+        let taken = f.take(&names, rows)?;
+        for (i, &offset) in rows.iter().enumerate() {
+            let row = taken
+                .iter()
+                .map(|column| column_value(&column[i].0, column[i].1))
+                .collect::<Result<Vec<_>>>()?;
+            values.insert((*frag_id, offset), row);
+        }
+    }
     candidates
         .iter()
         .enumerate()
@@ -100,25 +116,21 @@ pub fn hits(
             cands
                 .iter()
                 .map(|c| {
-                    let offset = (c.row_id & 0xffff_ffff) as usize;
-                    let columns = loaded
-                        .get(&((c.row_id >> 32) as u32))
-                        .ok_or_else(|| Error::Internal("fragment columns not loaded".into()))?;
-                    let id = match value(&columns[0], offset)? {
-                        ScalarValue::Int64(id) => id,
+                    let key = ((c.row_id >> 32) as u32, (c.row_id & 0xffff_ffff) as usize);
+                    let row = values
+                        .get(&key)
+                        .ok_or_else(|| Error::Internal("returned row not read".into()))?;
+                    let id = match &row[0] {
+                        ScalarValue::Int64(id) => *id,
                         other => {
                             return Err(Error::Internal(format!("id is not an int64: {other:?}")))
                         }
                     };
-                    let values = wanted
-                        .iter()
-                        .map(|&c| value(&columns[c], offset))
-                        .collect::<Result<Vec<_>>>()?;
                     Ok(Hit {
                         row_id: c.row_id,
                         id,
                         distance: c.distance,
-                        values,
+                        values: wanted.iter().map(|&c| row[c].clone()).collect(),
                     })
                 })
                 .collect()

@@ -198,6 +198,12 @@ where
     if shares == 1 {
         return run_share(&worker, 0);
     }
+    // Object-storage reads a share makes count to the caller's search.
+    let meter = crate::storage::io_meter::current();
+    let worker = move |i: usize| {
+        let _scope = crate::storage::io_meter::enter(meter.clone());
+        worker(i)
+    };
     let erased: &(dyn Fn(usize) -> Result<T> + Sync) = &worker;
     // SAFETY: the pointer outlives its last use. It is only dereferenced
     // by a thread that claimed a share index below `shares` (see

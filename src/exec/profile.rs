@@ -34,6 +34,12 @@ pub struct Profile {
     pub cache_misses: u64,
     /// Bytes read from partition files.
     pub bytes_read: u64,
+    /// GET requests the search sent to object storage (partitions, pages
+    /// of fragment files, whole files); 0 for a local dataset or a warm
+    /// disk cache.
+    pub storage_gets: u64,
+    /// Bytes those GETs brought.
+    pub storage_bytes: u64,
     /// Bytes of the partitions the scan read through (vectors or codes,
     /// and row ids): each distinct partition once per shared scan, once
     /// per probing query on the per-query path. Against the batch's time,

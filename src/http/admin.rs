@@ -249,3 +249,37 @@ pub(super) async fn get_row(
         json!({ "version": version, "id": id, "columns": columns }),
     ))
 }
+
+/// Body of `POST /v1/datasets/{name}/prewarm`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PrewarmBody {
+    /// The vector column (default: every indexed one).
+    #[serde(default)]
+    column: Option<String>,
+    /// Partition numbers (default: all).
+    #[serde(default)]
+    partitions: Option<Vec<u32>>,
+}
+
+/// `POST /v1/datasets/{name}/prewarm`: fills the disk cache with what
+/// searches read (see [`crate::Dataset::prewarm`]); answers its report.
+pub(super) async fn prewarm(
+    State(engine): State<Engine>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<PrewarmBody>,
+) -> Result<Json<Value>, ApiError> {
+    let handle = engine.dataset(&name).await?;
+    let ds = handle.latest();
+    let partitions = match body.partitions {
+        Some(list) => crate::db::PrewarmPartitions::Only(list),
+        None => crate::db::PrewarmPartitions::All,
+    };
+    let report =
+        tokio::task::spawn_blocking(move || ds.prewarm(body.column.as_deref(), &partitions))
+            .await
+            .map_err(|e| Error::Internal(format!("a blocking task failed: {e}")))??;
+    Ok(Json(serde_json::to_value(report).map_err(|e| {
+        Error::Internal(format!("prewarm report: {e}"))
+    })?))
+}

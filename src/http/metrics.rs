@@ -24,7 +24,7 @@ struct Snapshot(EngineStats);
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
-        let counters: [(&str, &str, u64); 11] = [
+        let counters: [(&str, &str, u64); 13] = [
             ("requests", "Coalesced searches submitted", s.requests),
             (
                 "batches",
@@ -64,6 +64,16 @@ impl Collector for Snapshot {
             ),
             ("cache_hits", "Partition-cache hits", s.cache_hits),
             ("cache_misses", "Partition-cache misses", s.cache_misses),
+            (
+                "storage_get_requests",
+                "GET requests sent to object storage (partitions, fragment pages, files)",
+                s.storage_gets,
+            ),
+            (
+                "storage_get_bytes",
+                "Bytes brought by GET requests to object storage",
+                s.storage_bytes,
+            ),
         ];
         for (name, help, value) in counters {
             encoder

@@ -54,6 +54,7 @@ const fn route(method: &'static str, path: &'static str, public: bool) -> Route 
 pub const ROUTES: &[Route] = &[
     route("GET", "/", true),
     route("GET", "/healthz", true),
+    route("GET", "/readyz", true),
     route("GET", "/openapi.json", true),
     route("GET", "/metrics", false),
     route("GET", "/v1/stats", false),
@@ -66,6 +67,7 @@ pub const ROUTES: &[Route] = &[
     route("POST", "/v1/datasets/{name}/rows", false),
     route("GET", "/v1/datasets/{name}/rows/{id}", false),
     route("POST", "/v1/datasets/{name}/delete", false),
+    route("POST", "/v1/datasets/{name}/prewarm", false),
     route("GET", "/v1/datasets/{name}/indexes", false),
     route("POST", "/v1/datasets/{name}/indexes", false),
 ];
@@ -95,6 +97,7 @@ fn handler(method: &str, path: &str) -> Option<MethodRouter<AppState>> {
     Some(match (method, path) {
         ("GET", "/") => get(console),
         ("GET", "/healthz") => get(healthz),
+        ("GET", "/readyz") => get(readyz),
         ("GET", "/openapi.json") => get(openapi),
         ("GET", "/metrics") => get(prometheus),
         ("GET", "/v1/stats") => get(stats),
@@ -107,6 +110,7 @@ fn handler(method: &str, path: &str) -> Option<MethodRouter<AppState>> {
         ("POST", "/v1/datasets/{name}/rows") => post(admin::append_rows),
         ("GET", "/v1/datasets/{name}/rows/{id}") => get(admin::get_row),
         ("POST", "/v1/datasets/{name}/delete") => post(admin::delete_rows),
+        ("POST", "/v1/datasets/{name}/prewarm") => post(admin::prewarm),
         ("GET", "/v1/datasets/{name}/indexes") => get(jobs::list_indexes),
         ("POST", "/v1/datasets/{name}/indexes") => post(jobs::start_index_job),
         _ => return None,
@@ -311,6 +315,21 @@ impl<S: Send + Sync> FromRequest<S> for BatchInput {
 
 async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
+}
+
+/// `GET /readyz`: 200 once the engine takes traffic; 503 while the
+/// start-up prewarm (`storage.prewarm`) fills the disk cache, so a load
+/// balancer sends a new replica nothing until its reads are warm.
+async fn readyz(State(engine): State<Engine>) -> Response {
+    if engine.is_ready() {
+        Json(json!({ "status": "ready" })).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "prewarming" })),
+        )
+            .into_response()
+    }
 }
 
 async fn not_found() -> ApiError {

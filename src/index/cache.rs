@@ -151,6 +151,12 @@ impl PartitionCache {
     }
 
     /// Counters so far.
+    /// Is partition `key` in memory now?
+    pub fn contains(&self, key: &PartitionKey) -> bool {
+        self.cache.contains_key(key)
+    }
+
+    /// Counters so far.
     pub fn counters(&self) -> CacheCounters {
         CacheCounters {
             hits: self.hits.load(Ordering::Relaxed),

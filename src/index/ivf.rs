@@ -707,6 +707,24 @@ impl LoadedSegment {
         self.directory[p as usize].rows as usize
     }
 
+    /// Fetches the partitions `wanted` that the cache lacks into the disk
+    /// cache ahead of their loads, all in one read: for a remote dataset,
+    /// neighbouring partitions in one GET and several GETs at once, where
+    /// loading them one by one would cost a round trip each. Nothing to do
+    /// for a local dataset.
+    pub fn prefetch(&self, wanted: &[u32], cache: &PartitionCache) -> Result<()> {
+        if !self.file.is_remote() {
+            return Ok(());
+        }
+        let ranges: Vec<(u64, u64)> = wanted
+            .iter()
+            .filter(|&&p| !cache.contains(&(self.key.clone(), p)))
+            .filter_map(|&p| self.directory.get(p as usize))
+            .map(|e| (e.offset, e.len))
+            .collect();
+        self.file.prefetch(&ranges)
+    }
+
     /// Partition `p`, through the cache, with the bytes read on a miss.
     pub fn partition(
         &self,

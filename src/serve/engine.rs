@@ -46,6 +46,8 @@ pub(crate) struct EngineCore {
     pub scanner: Arc<Scanner>,
     pub stats: Arc<Stats>,
     pub closing: AtomicBool,
+    /// False while the start-up prewarm (`storage.prewarm`) runs.
+    pub ready: AtomicBool,
     pub next_request: AtomicU64,
     actor: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
@@ -94,7 +96,7 @@ impl Engine {
             Arc::clone(&stats),
         );
         let actor = runtime.spawn(actor.run());
-        Ok(Engine {
+        let engine = Engine {
             core: Arc::new(EngineCore {
                 session,
                 data_dir,
@@ -102,11 +104,67 @@ impl Engine {
                 scanner,
                 stats,
                 closing: AtomicBool::new(false),
+                ready: AtomicBool::new(!config.storage.prewarm),
                 next_request: AtomicU64::new(1),
                 actor: std::sync::Mutex::new(Some(actor)),
             }),
             handles: Arc::default(),
-        })
+        };
+        if config.storage.prewarm {
+            runtime.spawn(engine.clone().prewarm_all());
+        }
+        Ok(engine)
+    }
+
+    /// Ready to take traffic (`/readyz`): false until the start-up prewarm
+    /// (`storage.prewarm`) has finished.
+    pub fn is_ready(&self) -> bool {
+        self.core.ready.load(Ordering::SeqCst)
+    }
+
+    /// Prewarms every dataset (each indexed column, every partition) on
+    /// blocking threads, then reports ready; progress goes to stderr. A
+    /// dataset that fails to prewarm is reported and left cold: the
+    /// replica still serves it.
+    async fn prewarm_all(self) {
+        let started = std::time::Instant::now();
+        let names = match self.dataset_names().await {
+            Ok(names) => names,
+            Err(e) => {
+                eprintln!("prewarm: cannot list datasets: {e}");
+                Vec::new()
+            }
+        };
+        for name in names {
+            let warmed = match self.dataset(&name).await {
+                Ok(handle) => {
+                    let ds = handle.latest();
+                    tokio::task::spawn_blocking(move || {
+                        ds.prewarm(None, &crate::db::PrewarmPartitions::All)
+                    })
+                    .await
+                    .map_err(|e| Error::Internal(format!("prewarm task failed: {e}")))
+                    .and_then(|r| r)
+                }
+                Err(e) => Err(e),
+            };
+            match warmed {
+                Ok(r) => eprintln!(
+                    "prewarmed '{name}': {} partitions, {} fragments, {} GETs, {:.1} MiB in {:.0} ms",
+                    r.partitions,
+                    r.fragments,
+                    r.gets,
+                    r.bytes as f64 / (1 << 20) as f64,
+                    r.elapsed_ms
+                ),
+                Err(e) => eprintln!("prewarm of '{name}' failed, serving it cold: {e}"),
+            }
+        }
+        eprintln!(
+            "prewarm done in {:.1} s: ready",
+            started.elapsed().as_secs_f64()
+        );
+        self.core.ready.store(true, Ordering::SeqCst);
     }
 
     /// The engine's session (caches, scan pool, config).
@@ -167,6 +225,9 @@ impl Engine {
         let cache = self.core.session.partition_cache().counters();
         stats.cache_hits = cache.hits;
         stats.cache_misses = cache.misses;
+        let io = self.core.session.disk_cache().io();
+        (stats.storage_gets, stats.storage_bytes) = (io.gets, io.bytes);
+        stats.ready = self.is_ready();
         stats.budget_in_use = self.core.scanner.budget().in_use();
         stats.budget_limit = self.core.scanner.budget().limit();
         stats

@@ -144,6 +144,9 @@ impl Stats {
             pending: get(&self.pending),
             cache_hits: 0,
             cache_misses: 0,
+            storage_gets: 0,
+            storage_bytes: 0,
+            ready: false,
             budget_in_use: 0,
             budget_limit: 0,
         }
@@ -187,6 +190,13 @@ pub struct EngineStats {
     pub cache_hits: u64,
     /// Partition-cache misses (loads) since the session started.
     pub cache_misses: u64,
+    /// GET requests sent to object storage since the session started.
+    pub storage_gets: u64,
+    /// Bytes those GETs brought.
+    pub storage_bytes: u64,
+    /// Whether the engine reports ready (`/readyz`): false while the
+    /// start-up prewarm runs.
+    pub ready: bool,
     /// Bytes of the memory budget held by running batches now.
     pub budget_in_use: u64,
     /// The memory budget's size.

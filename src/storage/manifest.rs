@@ -25,9 +25,10 @@ pub const VERSIONS_DIR: &str = "_versions";
 const SUFFIX: &str = ".manifest";
 /// The on-disk format this build writes. Format 2 added checksums: the
 /// manifest's own CRC-32 and one per fragment and deletion file; format 3
-/// the commit's nonce ([`Manifest::commit_nonce`]). Manifests of formats 1
-/// and 2 are still read (format 1 without those checks).
-pub const FORMAT_VERSION: u32 = 3;
+/// the commit's nonce ([`Manifest::commit_nonce`]); format 4 paged
+/// fragment files ([`FragmentMeta::paged`]). Manifests of formats 1 to 3
+/// are still read (format 1 without those checks).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// One data fragment: an Arrow IPC file of rows, plus its deletions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -51,6 +52,11 @@ pub struct FragmentMeta {
     /// Length and CRC-32 of the deletion file, checked whenever it is read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_checksum: Option<FileChecksum>,
+    /// A paged file (format 4): where its page directory is. Absent: the
+    /// file is one Arrow IPC file (every fragment written before format
+    /// 4, or with `storage.fragment_format = 1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paged: Option<crate::storage::paged::PagedLayout>,
 }
 
 /// Everything that defines one version of a dataset.
@@ -242,6 +248,12 @@ pub fn read_manifest(root: &DatasetRoot, version: u64) -> Result<Manifest> {
     if manifest.format == 1 && has_checksums {
         // A format number that lost its checks is damage, not an old file.
         return Err(Error::corrupt(&path, "format 1 manifest carries checksums"));
+    }
+    if manifest.format < 4 && manifest.fragments.iter().any(|f| f.paged.is_some()) {
+        return Err(Error::corrupt(
+            &path,
+            format!("format {} manifest names paged fragments", manifest.format),
+        ));
     }
     if manifest.format >= 2 {
         match manifest.crc32 {

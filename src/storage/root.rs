@@ -108,6 +108,43 @@ impl DatasetRoot {
         }
     }
 
+    /// Byte ranges `(offset, length)` of `rel`, in order: positioned reads
+    /// of a local file, or for a remote dataset the ranges the disk cache
+    /// lacks fetched together (neighbours merged into one GET, several
+    /// GETs in flight). A missing file is `NotFound`, a range past its end
+    /// `UnexpectedEof`.
+    pub fn read_ranges(
+        &self,
+        rel: &str,
+        ranges: &[(u64, u64)],
+    ) -> Result<std::io::Result<Vec<Vec<u8>>>> {
+        match &self.remote {
+            None => Ok(std::fs::File::open(self.local.join(rel)).and_then(|f| {
+                ranges
+                    .iter()
+                    .map(|&(offset, len)| {
+                        let mut buf = vec![0u8; len as usize];
+                        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, offset)
+                            .map(|()| buf)
+                    })
+                    .collect()
+            })),
+            Some(remote) => Ok(remote
+                .read_ranges(rel, ranges)?
+                .ok_or_else(|| std::io::ErrorKind::NotFound.into())),
+        }
+    }
+
+    /// Fetches byte ranges of `rel` into the disk cache (see
+    /// [`DatasetRoot::read_ranges`]) without reading them; nothing to do
+    /// for a local dataset. `false`: a remote dataset has no such file.
+    pub fn prefetch_ranges(&self, rel: &str, ranges: &[(u64, u64)]) -> Result<bool> {
+        match &self.remote {
+            None => Ok(true),
+            Some(remote) => remote.fetch_ranges(rel, ranges),
+        }
+    }
+
     /// Records that `rel` was written (finished and synced) locally: a
     /// remote dataset uploads it with the commit that names it.
     pub fn wrote(&self, rel: &str) {
@@ -142,9 +179,31 @@ impl RangedFile {
         }
     }
 
+    /// Is the file an object on storage (read by ranged GETs)?
+    pub fn is_remote(&self) -> bool {
+        matches!(self, RangedFile::Remote { .. })
+    }
+
     /// Is the file empty?
     pub fn is_empty(&self) -> std::io::Result<bool> {
         self.len().map(|n| n == 0)
+    }
+
+    /// Fetches the ranges `ranges` into the disk cache ahead of their reads
+    /// (merged and concurrent, see [`DatasetRoot::read_ranges`]): a
+    /// remote file's share of a batch's reads in few round trips. Nothing
+    /// to do for a local file; ranges past the end are left to the read
+    /// that reports them.
+    pub fn prefetch(&self, ranges: &[(u64, u64)]) -> Result<()> {
+        if let RangedFile::Remote { remote, rel, len } = self {
+            let inside: Vec<(u64, u64)> = ranges
+                .iter()
+                .copied()
+                .filter(|&(offset, n)| offset.checked_add(n).is_some_and(|end| end <= *len))
+                .collect();
+            remote.fetch_ranges(rel, &inside)?;
+        }
+        Ok(())
     }
 
     /// Fills `buf` from `offset` (a range past the end is

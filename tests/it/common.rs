@@ -109,8 +109,28 @@ pub fn build(
     metric: Metric,
     seed: u64,
 ) -> (Dataset, Vec<Row>) {
+    build_with(dir, fragments, dim, metric, seed, Config::default())
+}
+
+/// The config of a dataset written as shoal wrote them before manifest
+/// format 4: fragments as Arrow IPC files.
+pub fn arrow_ipc_config() -> Config {
+    let mut config = Config::default();
+    config.storage.fragment_layout = shoal::FragmentLayout::ArrowIpc;
+    config
+}
+
+/// [`build`] with `config` (say, [`arrow_ipc_config`]).
+pub fn build_with(
+    dir: &Path,
+    fragments: &[usize],
+    dim: usize,
+    metric: Metric,
+    seed: u64,
+    config: Config,
+) -> (Dataset, Vec<Row>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut ds = Dataset::create(dir, schema(dim, metric), Config::default()).unwrap();
+    let mut ds = Dataset::create(dir, schema(dim, metric), config).unwrap();
     let mut all = Vec::new();
     for &n in fragments {
         let rows = make_rows(&mut rng, all.len() as i64, n, dim);

@@ -7,7 +7,7 @@
 use crate::common::*;
 use rand::{Rng, SeedableRng};
 use shoal::SearchMode;
-use shoal::{Dataset, Error, Metric, Query};
+use shoal::{Config, Dataset, Error, Metric, Query};
 use shoal::{IndexKind, IndexParams};
 use std::path::{Path, PathBuf};
 
@@ -65,9 +65,10 @@ fn observe(root: &Path, queries: &[Vec<f32>]) -> Observed {
     out
 }
 
-/// A dataset of three fragments with deletions and an index of `kind`.
-fn fixture(dir: &Path, kind: IndexKind) -> Vec<Vec<f32>> {
-    let (mut ds, rows) = build(dir, &[300, 250, 200], DIM, Metric::L2, 11);
+/// A dataset of three fragments with deletions and an index of `kind`,
+/// written with `config` (the default, or Arrow IPC fragments).
+fn fixture_with(dir: &Path, kind: IndexKind, config: Config) -> Vec<Vec<f32>> {
+    let (mut ds, rows) = build_with(dir, &[300, 250, 200], DIM, Metric::L2, 11, config);
     assert!(ds.delete("len = 3 OR id = 400").unwrap().rows > 0);
     ds.create_index(None, IndexParams::new(kind, PARTITIONS))
         .unwrap();
@@ -156,9 +157,14 @@ fn assert_corrupt(e: &Error, allowed: &[&Path], what: &str) {
 }
 
 fn damage_every_file(kind: IndexKind) {
+    damage_every_file_of(kind, Config::default());
+}
+
+/// [`damage_every_file`] of a dataset written with `config`.
+fn damage_every_file_of(kind: IndexKind, config: Config) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let queries = fixture(root, kind);
+    let queries = fixture_with(root, kind, config);
     let reference = observe(root, &queries);
     assert!(reference.iter().all(|(_, r)| r.is_ok()), "{reference:?}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(99);
@@ -271,6 +277,12 @@ fn damaged_files_of_a_flat_index_dataset_are_corrupt_or_harmless() {
     damage_every_file(IndexKind::IvfFlat);
 }
 
+/// The same with the fragments of datasets written before format 4.
+#[test]
+fn damaged_arrow_ipc_fragments_are_corrupt_or_harmless() {
+    damage_every_file_of(IndexKind::IvfFlat, arrow_ipc_config());
+}
+
 #[test]
 fn damaged_files_of_an_sq_index_dataset_are_corrupt_or_harmless() {
     damage_every_file(IndexKind::IvfSq);
@@ -291,7 +303,8 @@ fn damaged_files_of_an_rq_index_dataset_are_corrupt_or_harmless() {
 #[test]
 fn a_format_1_manifest_still_opens() {
     let dir = tempfile::tempdir().unwrap();
-    let queries = fixture(dir.path(), IndexKind::IvfFlat);
+    // Format 1 knew only Arrow IPC fragments.
+    let queries = fixture_with(dir.path(), IndexKind::IvfFlat, arrow_ipc_config());
     let reference = observe(dir.path(), &queries);
     let (_, manifest) = files(dir.path()).remove(0);
     let mut j: serde_json::Value =

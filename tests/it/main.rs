@@ -3,6 +3,7 @@
 mod api;
 mod bad_input;
 mod cli;
+mod cold_reads;
 mod common;
 mod compact;
 mod corruption;
@@ -15,6 +16,7 @@ mod ingest;
 mod ivf;
 mod mixed;
 mod object_storage;
+mod readiness;
 mod real_data;
 mod retention;
 mod session;

@@ -216,7 +216,8 @@ fn kill_dash_nine_during_a_large_ingest_leaves_the_last_committed_version() {
 #[test]
 fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut ds, _) = build(dir.path(), &[50], 4, Metric::L2, 1);
+    // Arrow IPC fragments: the test turns the manifest back into format 1.
+    let (mut ds, _) = build_with(dir.path(), &[50], 4, Metric::L2, 1, arrow_ipc_config());
     assert!(ds.delete("id < 5").unwrap().rows > 0);
     let v = ds.version();
     // The newest manifest: `_versions/` names sort by version.
@@ -292,22 +293,23 @@ fn a_manifest_naming_files_outside_the_dataset_is_corrupt() {
 }
 
 /// A dataset written before format 3 (a format 2 manifest, checksummed,
-/// without a commit nonce) still opens and answers, and its next commit
-/// writes format 3 with a nonce of its own.
+/// without a commit nonce, Arrow IPC fragments) still opens and answers,
+/// and its next commit writes this build's format with a nonce of its own.
 #[test]
 fn a_format_2_manifest_without_a_commit_nonce_still_opens() {
     let dir = tempfile::tempdir().unwrap();
-    let (ds, rows) = build(dir.path(), &[40], 8, Metric::L2, 12);
+    // Fragments as format 2 wrote them: Arrow IPC files.
+    let (ds, rows) = build_with(dir.path(), &[40], 8, Metric::L2, 12, arrow_ipc_config());
     let path = dir
         .path()
         .join("_versions")
         .join(format!("{:020}.manifest", ds.version()));
     let mut m: shoal::Manifest =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(m.format, 3);
+    assert_eq!(m.format, 4);
     assert!(
         m.commit_nonce.is_some(),
-        "format 3 records the commit's nonce"
+        "format 3 on records the commit's nonce"
     );
     // As format 2 wrote it: no nonce, its CRC-32 over the compact JSON
     // without the crc32 field.
@@ -331,6 +333,6 @@ fn a_format_2_manifest_without_a_commit_nonce_still_opens() {
         .unwrap(),
     )
     .unwrap();
-    assert_eq!((next.format, next.commit_nonce.is_some()), (3, true));
+    assert_eq!((next.format, next.commit_nonce.is_some()), (4, true));
     assert_eq!(Dataset::open(dir.path()).unwrap().count_rows(), 45);
 }

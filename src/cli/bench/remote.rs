@@ -7,7 +7,9 @@
 //! disk cache. Measured per batch size: the first pass over the queries
 //! (cold: every file and partition range is fetched once), then warm
 //! passes, local and remote interleaved, median QPS. Answers are checked
-//! to be identical on both sides.
+//! to be identical on both sides. The remote side also reports the GETs
+//! and bytes per query of its cold first pass and of its warm passes
+//! (from the session's object-storage counters).
 
 use super::QueryShape;
 use serde::Serialize;
@@ -36,6 +38,8 @@ pub struct RemoteBenchOptions {
     pub passes: usize,
     /// Wait before every object-store request.
     pub latency: Duration,
+    /// Columns every query returns besides `id`.
+    pub select: Vec<String>,
 }
 
 /// One (side, batch size) row.
@@ -53,6 +57,21 @@ pub struct RemoteRow {
     pub warm_qps: f64,
     /// Bytes in the disk cache after the side's passes (remote only).
     pub disk_cache_bytes: u64,
+    /// GETs of the first batch (cold on the remote side).
+    pub first_batch_gets: u64,
+    /// Bytes fetched from storage for the first batch.
+    pub first_batch_bytes: u64,
+    /// Bytes of the index partitions the first batch loaded (what it must
+    /// read however it reads).
+    pub first_batch_partition_bytes: u64,
+    /// GETs per query in the first (cold) pass (remote only).
+    pub cold_gets_per_query: f64,
+    /// Bytes per query in the first pass (remote only).
+    pub cold_bytes_per_query: f64,
+    /// GETs per query in the warm passes (remote only).
+    pub warm_gets_per_query: f64,
+    /// Bytes per query in the warm passes (remote only).
+    pub warm_bytes_per_query: f64,
 }
 
 /// Runs the comparison and prints a table.
@@ -95,43 +114,62 @@ pub fn run_remote(opts: &RemoteBenchOptions, config: &Config) -> Result<Vec<Remo
             .chunks(b)
             .enumerate()
             .map(|(ci, c)| {
-                let each = (0..c.len()).map(|j| opts.shape.own(ci * b + j)).collect();
+                let each = (0..c.len())
+                    .map(|j| shoal::PerQueryParams {
+                        projection: opts.select.clone(),
+                        ..opts.shape.own(ci * b + j)
+                    })
+                    .collect();
                 BatchQuery::new(c.to_vec(), opts.k).each(each)
             })
             .collect();
         let mut first = Vec::new();
+        let mut first_io = Vec::new();
         let mut answers = Vec::new();
+        let io = || session.disk_cache().io();
+        let before = io();
+        let mut cold = io();
         for ds in [&remote, &local] {
             let started = Instant::now();
             let mut first_batch = Duration::ZERO;
             let mut ids: Vec<Vec<i64>> = Vec::with_capacity(queries.len());
             for (i, q) in batches.iter().enumerate() {
+                let (results, profile) = ds.explain(q)?;
                 ids.extend(
-                    ds.search_batch(q)?
+                    results
                         .hits
                         .into_iter()
                         .map(|h| h.into_iter().map(|h| h.id).collect()),
                 );
                 if i == 0 {
                     first_batch = started.elapsed();
+                    first_io.push(profile);
                 }
             }
             first.push((first_batch, started.elapsed()));
             answers.push(ids);
+            if first.len() == 1 {
+                cold = io();
+            }
         }
         if answers[0] != answers[1] {
             return Err(Error::Internal(
                 "the remote dataset answered differently from the local one".into(),
             ));
         }
+        let warm_before = io();
         let mut qps: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         for _ in 0..opts.passes.max(1) {
             for (side, ds) in [&remote, &local].into_iter().enumerate() {
                 qps[side].push(pass_qps(ds, &batches, queries.len())?);
             }
         }
+        let warm = io();
+        let n = queries.len().max(1) as f64;
+        let warm_n = n * opts.passes.max(1) as f64;
         for (side, name) in ["remote", "local"].into_iter().enumerate() {
             qps[side].sort_by(f64::total_cmp);
+            let remote_only = |v: f64| if side == 0 { v } else { 0.0 };
             rows.push(RemoteRow {
                 side: name.into(),
                 batch: b,
@@ -143,6 +181,13 @@ pub fn run_remote(opts: &RemoteBenchOptions, config: &Config) -> Result<Vec<Remo
                 } else {
                     0
                 },
+                first_batch_gets: first_io[side].storage_gets,
+                first_batch_bytes: first_io[side].storage_bytes,
+                first_batch_partition_bytes: first_io[side].bytes_read,
+                cold_gets_per_query: remote_only((cold.gets - before.gets) as f64 / n),
+                cold_bytes_per_query: remote_only((cold.bytes - before.bytes) as f64 / n),
+                warm_gets_per_query: remote_only((warm.gets - warm_before.gets) as f64 / warm_n),
+                warm_bytes_per_query: remote_only((warm.bytes - warm_before.bytes) as f64 / warm_n),
             });
         }
     }
@@ -154,17 +199,32 @@ pub fn run_remote(opts: &RemoteBenchOptions, config: &Config) -> Result<Vec<Remo
         opts.shape.describe()
     );
     println!();
-    println!("| side | batch | first batch (ms) | first pass (s) | warm QPS | disk cache (MiB) |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    if !opts.select.is_empty() {
+        println!("Each query returns id and {}.", opts.select.join(", "));
+    }
+    println!(
+        "| side | batch | first batch (ms) | its GETs | its KiB | its partitions' KiB \
+         | first pass (s) | warm QPS | disk cache (MiB) | cold GETs/q | cold KiB/q \
+         | warm GETs/q | warm KiB/q |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         println!(
-            "| {} | {} | {:.1} | {:.2} | {:.0} | {:.0} |",
+            "| {} | {} | {:.1} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} \
+             | {:.2} | {:.0} |",
             r.side,
             r.batch,
             r.first_batch_ms,
+            r.first_batch_gets,
+            r.first_batch_bytes as f64 / 1024.0,
+            r.first_batch_partition_bytes as f64 / 1024.0,
             r.first_pass_s,
             r.warm_qps,
-            r.disk_cache_bytes as f64 / (1 << 20) as f64
+            r.disk_cache_bytes as f64 / (1 << 20) as f64,
+            r.cold_gets_per_query,
+            r.cold_bytes_per_query / 1024.0,
+            r.warm_gets_per_query,
+            r.warm_bytes_per_query / 1024.0,
         );
     }
     Ok(rows)

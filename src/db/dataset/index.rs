@@ -146,11 +146,15 @@ impl Dataset {
         Ok(self.commit_answer(meta.rows, vec![meta]))
     }
 
-    /// Indexes the fragments no segment covers yet, per indexed column, as
-    /// delta segments that reuse the existing centroids and quantizers.
-    /// The commit lists the new segments (none, and the version unchanged,
-    /// when everything is indexed).
+    /// Rewrites fragments of the Arrow IPC layout into paged files (same
+    /// fragment ids and rows: one version), then indexes the fragments no
+    /// segment covers yet, per indexed column, as delta segments that
+    /// reuse the existing centroids and quantizers (another version). The
+    /// commit counts the rows rewritten and indexed and lists the new
+    /// segments (none, and the version unchanged, when there was nothing
+    /// to do).
     pub fn optimize(&mut self) -> Result<Commit> {
+        let rewritten = self.rewrite_arrow_fragments()?;
         let mut columns: Vec<String> = self
             .manifest
             .indices
@@ -212,11 +216,11 @@ impl Dataset {
             built.push(meta);
         }
         if built.is_empty() {
-            return Ok(self.commit_answer(0, built));
+            return Ok(self.commit_answer(rewritten, built));
         }
         let column = built[0].column.clone();
         self.commit_indices("optimize", &column, true, built.clone())?;
-        let rows = built.iter().map(|m| m.rows).sum();
+        let rows = built.iter().map(|m| m.rows).sum::<u64>() + rewritten;
         Ok(self.commit_answer(rows, built))
     }
 

@@ -8,11 +8,13 @@
 //! uses.
 
 mod index;
+mod prewarm;
 mod retention;
 mod search;
 mod splits;
 mod write;
 
+pub use prewarm::{PrewarmPartitions, PrewarmReport};
 pub use retention::{Cleanup, ORPHAN_MIN_AGE};
 pub use splits::Split;
 pub use write::{IntoRecordBatch, StagedCommit};

@@ -50,6 +50,9 @@ impl Dataset {
         batch: &BatchQuery,
         cancel: &CancelToken,
     ) -> Result<(SearchResults, Profile)> {
+        // Counts the object-storage reads this search causes, on any thread.
+        let meter = std::sync::Arc::new(crate::storage::io_meter::IoCounts::default());
+        let _metered = crate::storage::io_meter::enter(Some(meter.clone()));
         let snapshot = match batch.shared.version {
             Some(v) => self.checkout(v)?,
             None => self.clone(),
@@ -110,6 +113,8 @@ impl Dataset {
             .collect();
         let hits = exec::materialise::hits(&fragments, &candidates, &projections)?;
         profile.materialise_ms = exec::profile::ms_since(t);
+        let io = meter.read();
+        (profile.storage_gets, profile.storage_bytes) = (io.gets, io.bytes);
         let shared = projections.iter().all(|p| *p == projections[0]);
         Ok((
             SearchResults {

@@ -8,6 +8,7 @@ use crate::storage::conform::conform_batch;
 use crate::storage::deletions::{write_deletions, DELETIONS_DIR};
 use crate::storage::fragment::{FragmentWriter, DATA_DIR};
 use crate::storage::manifest::{commit_manifest, sync_dir, Manifest};
+use crate::storage::FragmentView;
 use arrow_array::RecordBatch;
 
 /// Files of the next version written and synced, manifest not yet
@@ -59,6 +60,7 @@ impl IntoRecordBatch for Result<RecordBatch> {
 struct FragmentFiller<'a> {
     root: &'a crate::storage::DatasetRoot,
     per_fragment: u64,
+    paged: bool,
     writer: Option<FragmentWriter>,
 }
 
@@ -67,6 +69,7 @@ impl<'a> FragmentFiller<'a> {
         FragmentFiller {
             root: &dataset.root,
             per_fragment: dataset.config().ingest.rows_per_fragment as u64,
+            paged: dataset.config().storage.fragment_layout == crate::config::FragmentLayout::Paged,
             writer: None,
         }
     }
@@ -83,8 +86,12 @@ impl<'a> FragmentFiller<'a> {
                     manifest.next_fragment_id = id
                         .checked_add(1)
                         .ok_or_else(|| Error::Internal("fragment ids exhausted".into()))?;
-                    self.writer
-                        .insert(FragmentWriter::create(self.root, id, &manifest.schema)?)
+                    self.writer.insert(FragmentWriter::create(
+                        self.root,
+                        id,
+                        &manifest.schema,
+                        self.paged,
+                    )?)
                 }
             };
             let room = (self.per_fragment - w.rows()) as usize;
@@ -261,5 +268,62 @@ impl Dataset {
         commit_manifest(&self.root, &manifest)?;
         *self = self.with_manifest(manifest);
         Ok(self.commit_answer(written, Vec::new()))
+    }
+
+    /// Rewrites every fragment still in the Arrow IPC layout into a paged
+    /// file with the same fragment id and the same rows, deleted ones
+    /// included (so row ids, deletion files and index segments stay
+    /// valid), as a new version; the rows rewritten (0, committing
+    /// nothing, when none is left or `storage.fragment_layout` is
+    /// `arrow_ipc`). Part of [`Dataset::optimize`].
+    pub(crate) fn rewrite_arrow_fragments(&mut self) -> Result<u64> {
+        if self.config().storage.fragment_layout != crate::config::FragmentLayout::Paged {
+            return Ok(0);
+        }
+        let old: Vec<FragmentView> = self
+            .fragments()?
+            .into_iter()
+            .filter(|v| v.meta.paged.is_none())
+            .collect();
+        if old.is_empty() {
+            return Ok(0);
+        }
+        let mut manifest = self.manifest.next("rewrite_fragments");
+        let mut rows = 0u64;
+        for (n, view) in old.iter().enumerate() {
+            let mut writer =
+                FragmentWriter::create(&self.root, view.meta.id, &manifest.schema, true)?;
+            view.for_each_stored_batch(|batch| writer.write(batch))?;
+            if writer.rows() != view.meta.rows {
+                return Err(Error::corrupt(
+                    view.path(),
+                    format!(
+                        "holds {} rows, the manifest says {}",
+                        writer.rows(),
+                        view.meta.rows
+                    ),
+                ));
+            }
+            let new = writer.finish()?;
+            let slot = manifest
+                .fragments
+                .iter_mut()
+                .find(|f| f.id == view.meta.id)
+                .ok_or_else(|| Error::Internal("rewritten fragment left the manifest".into()))?;
+            slot.file = new.file;
+            slot.checksum = new.checksum;
+            slot.paged = new.paged;
+            rows += new.rows;
+            Progress::maybe(
+                self.progress(),
+                "rewrite fragments",
+                n as u64 + 1,
+                old.len() as u64,
+            );
+        }
+        sync_dir(&self.root.join(DATA_DIR))?;
+        commit_manifest(&self.root, &manifest)?;
+        *self = self.with_manifest(manifest);
+        Ok(rows)
     }
 }

@@ -165,6 +165,10 @@ pub fn search_shared(
         let t = Instant::now();
         let loads = Loads::default();
         let probes = resolve_probes(view, seg, batch, admission, ranked, &loads, profile)?;
+        let mut distinct: Vec<u32> = probes.iter().flatten().copied().collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        seg.prefetch(&distinct, view.cache)?;
         profile.pairs_probed += probes.iter().map(|r| r.len() as u64).sum::<u64>();
         let scan = SegmentScan {
             view,
@@ -316,6 +320,9 @@ fn resolve_probes(
         }
         profile.adaptive_rounds += 1;
         profile.adaptive_loads.push(round.len() as u64);
+        let mut ids: Vec<u32> = round.iter().map(|(p, _)| *p).collect();
+        ids.sort_unstable();
+        seg.prefetch(&ids, view.cache)?;
         // Load and count on the scan threads; a partition is let go once
         // counted (the scan fetches it again through the cache), so the
         // walk holds no more than a round's partitions at once.

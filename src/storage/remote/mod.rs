@@ -19,6 +19,7 @@
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::storage::io_meter::{self, IoCounts, StorageIo};
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -27,6 +28,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+mod ranges;
 
 /// What a dataset location names.
 #[derive(Debug, PartialEq)]
@@ -229,6 +232,8 @@ fn left_by_earlier_process(local: &Path) -> Option<u64> {
 pub struct DiskCache {
     files: moka::sync::Cache<PathBuf, u64>,
     dir: PathBuf,
+    /// GETs and bytes fetched by every remote dataset of the session.
+    io: Arc<IoCounts>,
 }
 
 impl std::fmt::Debug for DiskCache {
@@ -260,7 +265,17 @@ impl DiskCache {
                 }
             })
             .build();
-        DiskCache { files, dir }
+        DiskCache {
+            files,
+            dir,
+            io: Arc::default(),
+        }
+    }
+
+    /// GET requests and bytes fetched so far by the session's remote
+    /// datasets.
+    pub fn io(&self) -> StorageIo {
+        self.io.read()
     }
 
     /// Bytes of files held (after pending evictions).
@@ -298,6 +313,8 @@ pub struct Remote {
     /// The last listing of versions and when it was made.
     versions: Mutex<Option<(Instant, Vec<u64>)>>,
     refresh: Duration,
+    /// GETs one read keeps in flight (`storage.max_concurrent_gets`).
+    max_gets: usize,
 }
 
 impl std::fmt::Debug for Remote {
@@ -338,6 +355,7 @@ impl Remote {
             unsent: Mutex::default(),
             versions: Mutex::default(),
             refresh: Duration::from_millis(config.storage.refresh_ms),
+            max_gets: config.storage.max_concurrent_gets.max(1),
         })
     }
 
@@ -357,6 +375,11 @@ impl Remote {
             .fold(self.prefix.clone(), |p, part| p.join(part))
     }
 
+    /// Counts requests to this session's totals and the current search's.
+    fn record(&self, gets: u64, bytes: u64) {
+        io_meter::record(&self.disk.io, gets, bytes);
+    }
+
     fn unavailable(&self, rel: &str, e: impl std::fmt::Display) -> Error {
         Error::StorageUnavailable {
             url: format!("{}/{rel}", self.url),
@@ -374,8 +397,11 @@ impl Remote {
                 Err(e) => Err(e),
             }
         })?;
-        got.map(|b| b.map(|b| b.to_vec()))
-            .map_err(|e| self.unavailable(rel, e))
+        let got = got.map_err(|e| self.unavailable(rel, e))?;
+        if let Some(b) = &got {
+            self.record(1, b.len() as u64);
+        }
+        Ok(got.map(|b| b.to_vec()))
     }
 
     /// Opens `rel` from the mirror, downloaded first unless the disk cache
@@ -383,26 +409,6 @@ impl Remote {
     pub fn open(&self, rel: &str) -> Result<Option<std::fs::File>> {
         let local = self.mirror.join(rel);
         self.open_cached(&local, &|| self.download(rel, &local))
-    }
-
-    /// Bytes `offset..offset + len` of `rel` by one ranged GET, kept in the
-    /// disk cache as their own file (`<rel>.ranges/<offset>-<len>`): a range
-    /// read again comes from local disk. `Ok(None)`: there is no such
-    /// object.
-    pub fn read_range(&self, rel: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
-        let local = self
-            .mirror
-            .join(format!("{rel}.ranges"))
-            .join(format!("{offset}-{len}"));
-        let Some(mut file) =
-            self.open_cached(&local, &|| self.download_range(rel, offset, len, &local))?
-        else {
-            return Ok(None);
-        };
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| Error::io(&local, e))?;
-        Ok(Some(bytes))
     }
 
     /// Opens the mirror file `local`: the copy the disk cache holds (or an
@@ -495,6 +501,7 @@ impl Remote {
         };
         match streamed {
             (Ok(Ok(())), Ok(Ok(bytes))) => {
+                self.record(1, bytes);
                 std::fs::rename(&tmp, local).map_err(|e| cleanup(Error::io(local, e)))?;
                 Ok(bytes)
             }
@@ -506,29 +513,6 @@ impl Remote {
             (_, Ok(Err(e))) => Err(cleanup(Error::io(&tmp, e))),
             (_, Err(_)) => Err(cleanup(Error::Internal("mirror writer panicked".into()))),
         }
-    }
-
-    /// One ranged GET of `rel` into a temp file renamed to `local`; its
-    /// length. `DatasetNotFound` stands for a missing object here.
-    fn download_range(&self, rel: &str, offset: u64, len: u64, local: &Path) -> Result<u64> {
-        let (store, path) = (self.store.clone(), self.object(rel));
-        let bytes =
-            match block_on(async move { store.get_range(&path, offset..offset + len).await })? {
-                Ok(bytes) => bytes,
-                Err(object_store::Error::NotFound { .. }) => {
-                    return Err(Error::DatasetNotFound(local.to_path_buf()))
-                }
-                Err(e) => return Err(self.unavailable(rel, e)),
-            };
-        let (tmp, mut file) = Self::temp_beside(local)?;
-        let written = file
-            .write_all(&bytes)
-            .and_then(|()| std::fs::rename(&tmp, local));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(Error::io(local, e));
-        }
-        Ok(bytes.len() as u64)
     }
 
     /// Notes that `rel` was written into the mirror and must be uploaded

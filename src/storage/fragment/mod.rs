@@ -14,13 +14,16 @@
 
 use crate::error::{Error, Result};
 use crate::kernel::VectorBlocks;
+use ipc::{open_projected, read_columns, vector_rows};
+
+mod ipc;
+mod paged_reads;
 use crate::storage::checksum::{ChecksumWriter, FileChecksum};
 use crate::storage::manifest::FragmentMeta;
+use crate::storage::paged::{PageDirectory, PagedWriter};
 use crate::storage::root::DatasetRoot;
 use crate::storage::schema::{ColumnType, Schema, ID_COLUMN};
-use arrow_array::{make_array, Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
-use arrow_data::transform::MutableArrayData;
-use arrow_ipc::reader::FileReader;
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_ipc::writer::FileWriter;
 use moka::policy::EvictionPolicy;
 use roaring::RoaringBitmap;
@@ -40,37 +43,55 @@ pub struct FragmentWriter {
     file: String,
     path: PathBuf,
     root: DatasetRoot,
-    writer: FileWriter<BufWriter<ChecksumWriter<File>>>,
+    body: WriterBody,
     rows: u64,
 }
 
+/// The file being written: one of the two layouts.
+enum WriterBody {
+    /// Arrow IPC (layout 1).
+    Ipc(Box<FileWriter<BufWriter<ChecksumWriter<File>>>>),
+    /// Paged columns (layout 2, manifest format 4).
+    Paged(PagedWriter),
+}
+
 impl FragmentWriter {
-    /// Creates `data/<id>-<nonce>.arrow` for rows of `schema`.
-    pub fn create(root: &DatasetRoot, id: u32, schema: &Schema) -> Result<Self> {
-        let file = format!("{id}-{:016x}.arrow", rand::random::<u64>());
+    /// Creates `data/<id>-<nonce>.cols` (paged columns) or, when `paged`
+    /// is false, `data/<id>-<nonce>.arrow` (Arrow IPC, the layout readers
+    /// before manifest format 4 understand), for rows of `schema`.
+    pub fn create(root: &DatasetRoot, id: u32, schema: &Schema, paged: bool) -> Result<Self> {
+        let suffix = if paged { "cols" } else { "arrow" };
+        let file = format!("{id}-{:016x}.{suffix}", rand::random::<u64>());
         let path = root.join(DATA_DIR).join(&file);
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
-        let writer = FileWriter::try_new(
-            BufWriter::new(ChecksumWriter::new(f)),
-            &schema.arrow_schema(),
-        )?;
+        let body = if paged {
+            WriterBody::Paged(PagedWriter::create(&path, schema)?)
+        } else {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| Error::io(&path, e))?;
+            WriterBody::Ipc(Box::new(FileWriter::try_new(
+                BufWriter::new(ChecksumWriter::new(f)),
+                &schema.arrow_schema(),
+            )?))
+        };
         Ok(FragmentWriter {
             id,
             file,
             path,
             root: root.clone(),
-            writer,
+            body,
             rows: 0,
         })
     }
 
     /// Appends a batch that already conforms to the schema.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        self.writer.write(batch)?;
+        match &mut self.body {
+            WriterBody::Ipc(w) => w.write(batch)?,
+            WriterBody::Paged(w) => w.write(batch)?,
+        }
         self.rows += batch.num_rows() as u64;
         Ok(())
     }
@@ -81,14 +102,23 @@ impl FragmentWriter {
     }
 
     /// Finishes and fsyncs the file; returns its manifest entry.
-    pub fn finish(mut self) -> Result<FragmentMeta> {
-        self.writer.finish()?;
-        let buf = self.writer.into_inner()?;
-        let (checksum, file) = buf
-            .into_inner()
-            .map_err(|e| Error::io(&self.path, e.into_error()))?
-            .finish();
-        file.sync_all().map_err(|e| Error::io(&self.path, e))?;
+    pub fn finish(self) -> Result<FragmentMeta> {
+        let (checksum, paged) = match self.body {
+            WriterBody::Ipc(mut writer) => {
+                writer.finish()?;
+                let buf = writer.into_inner()?;
+                let (checksum, file) = buf
+                    .into_inner()
+                    .map_err(|e| Error::io(&self.path, e.into_error()))?
+                    .finish();
+                file.sync_all().map_err(|e| Error::io(&self.path, e))?;
+                (checksum, None)
+            }
+            WriterBody::Paged(writer) => {
+                let (checksum, layout) = writer.finish()?;
+                (checksum, Some(layout))
+            }
+        };
         self.root.wrote(&format!("{DATA_DIR}/{}", self.file));
         Ok(FragmentMeta {
             id: self.id,
@@ -98,6 +128,7 @@ impl FragmentWriter {
             deleted_rows: 0,
             checksum: Some(checksum),
             deletion_checksum: None,
+            paged,
         })
     }
 }
@@ -111,6 +142,8 @@ pub enum ColumnData {
     Scalars(ArrayRef),
     /// A deletion bitmap (cached beside the columns it applies to).
     Deletions(Arc<RoaringBitmap>),
+    /// A paged file's directory (cached beside its pages).
+    Pages(Arc<PageDirectory>),
 }
 
 impl ColumnData {
@@ -119,6 +152,7 @@ impl ColumnData {
             ColumnData::Vectors(v) => v.size_bytes(),
             ColumnData::Scalars(a) => a.get_array_memory_size(),
             ColumnData::Deletions(d) => d.serialized_size(),
+            ColumnData::Pages(d) => d.size_bytes(),
         }
     }
 }
@@ -275,8 +309,13 @@ impl FragmentView {
         })
     }
 
-    /// Checks the file's checksum unless this session already did.
+    /// Checks the file's checksum unless this session already did (an
+    /// Arrow IPC file, read whole; a paged file's pages are checked one by
+    /// one as they are read).
     fn verify(&self) -> Result<()> {
+        if self.meta.paged.is_some() {
+            return Ok(());
+        }
         self.columns
             .verify_once(&self.path, self.meta.checksum.as_ref(), || self.open_file())
     }
@@ -302,6 +341,9 @@ impl FragmentView {
         name: &str,
         mut f: impl FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<()> {
+        if let Some(directory) = self.directory()? {
+            return self.for_each_vector_page(&directory, name, f);
+        }
         self.verify()?;
         let path = &*self.path;
         let (index, dim) = self
@@ -363,6 +405,18 @@ impl FragmentView {
     /// and row order: what compaction rewrites. Read from the file, not
     /// through the column cache.
     pub fn visible_batches(&self) -> Result<Vec<RecordBatch>> {
+        if let Some(directory) = self.directory()? {
+            let all = self.whole_batch(&directory)?;
+            return Ok(match &self.deleted {
+                Some(deleted) => {
+                    let keep = arrow_array::BooleanArray::from_iter(
+                        (0..all.num_rows() as u32).map(|o| Some(!deleted.contains(o))),
+                    );
+                    vec![arrow_select::filter::filter_record_batch(&all, &keep)?]
+                }
+                None => vec![all],
+            });
+        }
         self.verify()?;
         let all: Vec<usize> = (0..self.schema.columns.len()).collect();
         let reader = open_projected(&self.path, self.open_file()?, &self.schema, &all)?;
@@ -389,6 +443,24 @@ impl FragmentView {
         Ok(out)
     }
 
+    /// Every row, deleted ones included, in the stored Arrow form and row
+    /// order, batch by batch: what `optimize` rewrites into a paged file
+    /// of the same fragment id (so row ids do not change).
+    pub fn for_each_stored_batch(
+        &self,
+        mut f: impl FnMut(&RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        if let Some(directory) = self.directory()? {
+            return f(&self.whole_batch(&directory)?);
+        }
+        self.verify()?;
+        let all: Vec<usize> = (0..self.schema.columns.len()).collect();
+        for batch in open_projected(&self.path, self.open_file()?, &self.schema, &all)? {
+            f(&batch.map_err(|e| Error::corrupt(self.path.to_path_buf(), e.to_string()))?)?;
+        }
+        Ok(())
+    }
+
     /// The `id` column.
     pub fn ids(&self) -> Result<ArrayRef> {
         match self.columns(&[ID_COLUMN])?.pop() {
@@ -412,14 +484,19 @@ impl FragmentView {
             }
         }
         if !missing.is_empty() {
-            self.verify()?;
-            let loaded = read_columns(
-                &self.path,
-                self.open_file()?,
-                &self.meta,
-                &self.schema,
-                &missing,
-            )?;
+            let loaded = match self.directory()? {
+                Some(directory) => self.read_paged_columns(&directory, &missing)?,
+                None => {
+                    self.verify()?;
+                    read_columns(
+                        &self.path,
+                        self.open_file()?,
+                        &self.meta,
+                        &self.schema,
+                        &missing,
+                    )?
+                }
+            };
             self.columns
                 .loads
                 .fetch_add(missing.len() as u64, Ordering::Relaxed);
@@ -439,130 +516,4 @@ impl FragmentView {
             .map(|d| d.ok_or_else(|| Error::Internal("column not loaded".into())))
             .collect()
     }
-}
-
-/// Reads columns `names` of a fragment file, checking the file against the
-/// manifest and schema. Only the named columns are decoded and kept.
-pub fn read_columns(
-    path: &Path,
-    file: File,
-    meta: &FragmentMeta,
-    schema: &Schema,
-    names: &[&str],
-) -> Result<Vec<ColumnData>> {
-    let expected = schema.arrow_schema();
-    let mut projection = Vec::with_capacity(names.len());
-    for name in names {
-        let i = schema
-            .columns
-            .iter()
-            .position(|c| c.name == *name)
-            .ok_or_else(|| Error::Internal(format!("no column '{name}' in the schema")))?;
-        projection.push(i);
-    }
-    let reader = open_projected(path, file, schema, &projection)?;
-    let mut vectors: Vec<Option<VectorBlocks>> = projection
-        .iter()
-        .map(|&i| match schema.columns[i].ty {
-            ColumnType::Vector { dim, .. } => Some(VectorBlocks::new(dim)),
-            _ => None,
-        })
-        .collect();
-    let mut scalar_parts: Vec<Vec<ArrayRef>> = vec![Vec::new(); projection.len()];
-    let mut rows = 0usize;
-    for batch in reader {
-        let batch = batch.map_err(|e| Error::corrupt(path, e.to_string()))?;
-        rows += batch.num_rows();
-        for (j, &i) in projection.iter().enumerate() {
-            let col = batch.column(j);
-            match (&mut vectors[j], &schema.columns[i].ty) {
-                (Some(blocks), &ColumnType::Vector { dim, .. }) => {
-                    blocks.extend_from_rows(vector_rows(path, names[j], dim, col)?);
-                }
-                // Copied now: a slice would pin this batch's whole buffer
-                // (every column of it) until the end of the read.
-                _ => scalar_parts[j].push(owned_concat(
-                    std::slice::from_ref(col),
-                    expected.field(i).data_type(),
-                )?),
-            }
-        }
-    }
-    if rows as u64 != meta.rows {
-        return Err(Error::corrupt(
-            path,
-            format!("holds {rows} rows, the manifest says {}", meta.rows),
-        ));
-    }
-    let mut out = Vec::with_capacity(projection.len());
-    for (j, &i) in projection.iter().enumerate() {
-        out.push(match vectors[j].take() {
-            Some(blocks) => ColumnData::Vectors(Arc::new(blocks)),
-            None => ColumnData::Scalars(owned_concat(
-                &scalar_parts[j],
-                expected.field(i).data_type(),
-            )?),
-        });
-    }
-    Ok(out)
-}
-
-/// Opens a fragment file for reading only the columns `projection` (schema
-/// positions), checking that they have the manifest's types.
-fn open_projected(
-    path: &Path,
-    file: File,
-    schema: &Schema,
-    projection: &[usize],
-) -> Result<FileReader<std::io::BufReader<File>>> {
-    let reader = FileReader::try_new(std::io::BufReader::new(file), Some(projection.to_vec()))
-        .map_err(|e| Error::corrupt(path, e.to_string()))?;
-    if reader.schema().fields() != schema.arrow_schema().project(projection)?.fields() {
-        return Err(Error::corrupt(
-            path,
-            "fragment schema differs from the manifest's",
-        ));
-    }
-    Ok(reader)
-}
-
-/// The row-major floats of one batch's vector column `name` of dimension
-/// `dim` (a slice of the batch's buffer, not a copy).
-fn vector_rows<'a>(path: &Path, name: &str, dim: usize, col: &'a ArrayRef) -> Result<&'a [f32]> {
-    let list = col
-        .as_any()
-        .downcast_ref::<FixedSizeListArray>()
-        .ok_or_else(|| Error::corrupt(path, format!("vector column '{name}' unreadable")))?;
-    if list.value_length() as usize != dim {
-        return Err(Error::corrupt(
-            path,
-            "vector dimension differs from the schema",
-        ));
-    }
-    let values = list
-        .values()
-        .as_any()
-        .downcast_ref::<Float32Array>()
-        .ok_or_else(|| Error::corrupt(path, "vector values are not float32"))?;
-    let start = list.offset() * dim;
-    values
-        .values()
-        .get(start..start + list.len() * dim)
-        .ok_or_else(|| Error::corrupt(path, "vector column shorter than its rows"))
-}
-
-/// One array holding `parts` end to end in freshly allocated buffers (the
-/// parts point into the whole record batch read from the file; keeping
-/// them would keep every column of that batch alive).
-fn owned_concat(parts: &[ArrayRef], data_type: &arrow_schema::DataType) -> Result<ArrayRef> {
-    if parts.is_empty() {
-        return Ok(arrow_array::new_empty_array(data_type));
-    }
-    let data: Vec<arrow_data::ArrayData> = parts.iter().map(|p| p.to_data()).collect();
-    let total: usize = data.iter().map(|d| d.len()).sum();
-    let mut copy = MutableArrayData::new(data.iter().collect(), false, total);
-    for (i, d) in data.iter().enumerate() {
-        copy.try_extend(i, 0, d.len())?;
-    }
-    Ok(make_array(copy.freeze()))
 }

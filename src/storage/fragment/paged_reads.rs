@@ -1,0 +1,344 @@
+//! Reading paged fragment files (see [`crate::storage::paged`]): the
+//! directory once per session, whole columns as one run of pages, single
+//! rows as the pages that hold them, each page cached on its own.
+
+use super::{ColumnData, ColumnKey, FragmentView};
+use crate::error::{Error, Result};
+use crate::kernel::VectorBlocks;
+use crate::storage::paged::{decode_page, PageDirectory};
+use crate::storage::schema::ColumnType;
+use arrow_array::{ArrayRef, RecordBatch};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Columns at chosen rows: per column asked, per row asked, the loaded
+/// data holding the row (one page, or the whole column when it is in
+/// memory already) and the row's place in it.
+pub type TakenRows = Vec<Vec<(ColumnData, usize)>>;
+
+/// Pages of one fragment asked for in one read: (column, page).
+type PageIds = [(usize, usize)];
+
+impl FragmentView {
+    /// The page directory of a paged file (`None`: an Arrow IPC file),
+    /// read once per session through the column cache.
+    pub(super) fn directory(&self) -> Result<Option<Arc<PageDirectory>>> {
+        let Some(layout) = self.meta.paged else {
+            return Ok(None);
+        };
+        let key: ColumnKey = (self.path.clone(), Arc::from("#pages"));
+        let data = self.columns.cache.try_get_with(key, || {
+            self.check_length(layout.directory_offset + layout.directory_len)?;
+            let bytes = self
+                .read_ranges(&[(layout.directory_offset, layout.directory_len)])?
+                .pop()
+                .ok_or_else(|| Error::Internal("directory read returned nothing".into()))?;
+            PageDirectory::decode(&self.path, &bytes, &layout, self.meta.rows, &self.schema)
+                .map(|d| ColumnData::Pages(Arc::new(d)))
+        });
+        match data.map_err(|e: Arc<Error>| (*e).clone())? {
+            ColumnData::Pages(d) => Ok(Some(d)),
+            _ => Err(Error::Internal(
+                "page directory cache entry of wrong kind".into(),
+            )),
+        }
+    }
+
+    /// The directory ends the file: the manifest's recorded length and
+    /// (a local file) the file's own must be `end`. Bytes appended to a
+    /// remote object lie outside every page and are never read.
+    fn check_length(&self, end: u64) -> Result<()> {
+        let corrupt = |m: String| Error::corrupt(&*self.path, m);
+        if let Some(recorded) = self.meta.checksum.map(|c| c.bytes) {
+            if recorded != end {
+                return Err(corrupt(format!(
+                    "the manifest records {recorded} bytes but places the page directory's end at {end}"
+                )));
+            }
+        }
+        if self.root.remote_side().is_none() {
+            let len = std::fs::metadata(&*self.path)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => corrupt("fragment file is missing".into()),
+                    _ => Error::io(&*self.path, e),
+                })?
+                .len();
+            if len != end {
+                return Err(corrupt(format!(
+                    "file has {len} bytes, the manifest records {end}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Byte ranges of the file, in order (on object storage: adjacent
+    /// ones in one GET, several GETs at once, each range kept in the disk
+    /// cache).
+    fn read_ranges(&self, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        self.root
+            .read_ranges(&self.rel, ranges)?
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    Error::corrupt(&*self.path, "fragment file is missing")
+                }
+                std::io::ErrorKind::UnexpectedEof => {
+                    Error::corrupt(&*self.path, "fragment file is truncated")
+                }
+                _ => Error::io(&*self.path, e),
+            })
+    }
+
+    /// The pages `wanted`, read in one call, checked and decoded.
+    fn read_pages(&self, directory: &PageDirectory, wanted: &PageIds) -> Result<Vec<ArrayRef>> {
+        let page = |c: usize, p: usize| {
+            directory.columns[c].pages.get(p).ok_or_else(|| {
+                Error::corrupt(
+                    &*self.path,
+                    format!("row beyond the {} rows of the fragment", directory.rows),
+                )
+            })
+        };
+        let mut ranges = Vec::with_capacity(wanted.len());
+        for &(c, p) in wanted {
+            let pg = page(c, p)?;
+            ranges.push((pg.offset, u64::from(pg.len)));
+        }
+        let arrow = self.schema.arrow_schema();
+        let bytes = self.read_ranges(&ranges)?;
+        wanted
+            .iter()
+            .zip(bytes)
+            .map(|(&(c, p), b)| {
+                let column = &directory.columns[c];
+                decode_page(
+                    &self.path,
+                    &self.schema.columns[c].name,
+                    page(c, p)?,
+                    &b,
+                    column.rows_in(p, directory.rows),
+                    arrow.field(c),
+                )
+            })
+            .collect()
+    }
+
+    fn column_index(&self, name: &str) -> Result<usize> {
+        self.schema
+            .columns
+            .iter()
+            .position(|c| c.name == name)
+            .ok_or_else(|| Error::Internal(format!("no column '{name}' in the schema")))
+    }
+
+    /// One page as cached data: a vector page block-transposed, a scalar
+    /// page as its array.
+    fn page_data(&self, c: usize, array: &ArrayRef) -> Result<ColumnData> {
+        Ok(match self.schema.columns[c].ty {
+            ColumnType::Vector { dim, .. } => {
+                let name = &self.schema.columns[c].name;
+                let rows = vector_rows_of(self, name, dim, array)?;
+                ColumnData::Vectors(Arc::new(VectorBlocks::from_rows(dim, rows)))
+            }
+            _ => ColumnData::Scalars(array.clone()),
+        })
+    }
+
+    /// Whole columns `names` of a paged file: every page of each, in one
+    /// read (one run of adjacent pages per column).
+    pub(super) fn read_paged_columns(
+        &self,
+        directory: &PageDirectory,
+        names: &[&str],
+    ) -> Result<Vec<ColumnData>> {
+        let mut wanted = Vec::new();
+        let mut columns = Vec::with_capacity(names.len());
+        for name in names {
+            let c = self.column_index(name)?;
+            columns.push(c);
+            wanted.extend((0..directory.columns[c].pages.len()).map(|p| (c, p)));
+        }
+        let mut pages = self.read_pages(directory, &wanted)?.into_iter();
+        let arrow = self.schema.arrow_schema();
+        let mut out = Vec::with_capacity(names.len());
+        for (&c, name) in columns.iter().zip(names) {
+            let arrays: Vec<ArrayRef> = pages
+                .by_ref()
+                .take(directory.columns[c].pages.len())
+                .collect();
+            out.push(match self.schema.columns[c].ty {
+                ColumnType::Vector { dim, .. } => {
+                    let mut blocks = VectorBlocks::new(dim);
+                    for a in &arrays {
+                        blocks.extend_from_rows(vector_rows_of(self, name, dim, a)?);
+                    }
+                    ColumnData::Vectors(Arc::new(blocks))
+                }
+                _ => ColumnData::Scalars(super::ipc::owned_concat(
+                    &arrays,
+                    arrow.field(c).data_type(),
+                )?),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every row of a paged file, every column, as one record batch (read
+    /// from the file, not through the cache).
+    pub(super) fn whole_batch(&self, directory: &PageDirectory) -> Result<RecordBatch> {
+        let arrow = self.schema.arrow_schema();
+        let wanted: Vec<(usize, usize)> = (0..self.schema.columns.len())
+            .flat_map(|c| (0..directory.columns[c].pages.len()).map(move |p| (c, p)))
+            .collect();
+        let mut pages = self.read_pages(directory, &wanted)?.into_iter();
+        let mut columns = Vec::with_capacity(self.schema.columns.len());
+        for (c, column) in directory.columns.iter().enumerate() {
+            let arrays: Vec<ArrayRef> = pages.by_ref().take(column.pages.len()).collect();
+            columns.push(super::ipc::owned_concat(
+                &arrays,
+                arrow.field(c).data_type(),
+            )?);
+        }
+        Ok(RecordBatch::try_new(arrow, columns)?)
+    }
+
+    /// Streams the vector column `name` of a paged file page by page (a
+    /// few dozen pages per read), as row-major floats.
+    pub(super) fn for_each_vector_page(
+        &self,
+        directory: &PageDirectory,
+        name: &str,
+        mut f: impl FnMut(usize, &[f32]) -> Result<()>,
+    ) -> Result<()> {
+        let c = self.column_index(name)?;
+        let ColumnType::Vector { dim, .. } = self.schema.columns[c].ty else {
+            return Err(Error::Internal(format!("'{name}' is not a vector column")));
+        };
+        let pages = directory.columns[c].pages.len();
+        let mut offset = 0usize;
+        let mut first = 0usize;
+        while first < pages {
+            let last = (first + 32).min(pages);
+            let wanted: Vec<(usize, usize)> = (first..last).map(|p| (c, p)).collect();
+            for array in self.read_pages(directory, &wanted)? {
+                let rows = vector_rows_of(self, name, dim, &array)?;
+                f(offset, rows)?;
+                offset += array.len();
+            }
+            first = last;
+        }
+        Ok(())
+    }
+
+    /// Fetches the columns `names` into the disk cache, loading nothing
+    /// into memory: their pages (a paged file) or the whole file (Arrow
+    /// IPC). Nothing to do for a local dataset.
+    pub fn prefetch(&self, names: &[&str]) -> Result<()> {
+        if self.root.remote_side().is_none() {
+            return Ok(());
+        }
+        let Some(directory) = self.directory()? else {
+            self.open_file()?;
+            return Ok(());
+        };
+        let mut ranges = Vec::new();
+        for name in names {
+            let c = self.column_index(name)?;
+            ranges.extend(
+                directory.columns[c]
+                    .pages
+                    .iter()
+                    .map(|p| (p.offset, u64::from(p.len))),
+            );
+        }
+        if !self.root.prefetch_ranges(&self.rel, &ranges)? {
+            return Err(Error::corrupt(&*self.path, "fragment file is missing"));
+        }
+        Ok(())
+    }
+
+    /// Columns `names` at rows `offsets`: from a whole column already in
+    /// memory, else from the pages holding those rows (cached page by
+    /// page; the missing ones of every column read in one call). An Arrow
+    /// IPC file loads the whole columns.
+    pub fn take(&self, names: &[&str], offsets: &[usize]) -> Result<TakenRows> {
+        let Some(directory) = self.directory()? else {
+            return Ok(self
+                .columns(names)?
+                .into_iter()
+                .map(|d| offsets.iter().map(|&o| (d.clone(), o)).collect())
+                .collect());
+        };
+        let page_key = |c: usize, p: usize| -> ColumnKey {
+            (
+                self.path.clone(),
+                Arc::from(format!("{}#{p}", self.schema.columns[c].name)),
+            )
+        };
+        let mut whole: Vec<Option<ColumnData>> = Vec::with_capacity(names.len());
+        let mut found: HashMap<(usize, usize), ColumnData> = HashMap::new();
+        let mut missing: Vec<(usize, usize)> = Vec::new();
+        for name in names {
+            let c = self.column_index(name)?;
+            let cached = self
+                .columns
+                .cache
+                .get(&(self.path.clone(), Arc::from(*name)));
+            if cached.is_none() {
+                for &o in offsets {
+                    let p = directory.columns[c].locate(o).0;
+                    if found.contains_key(&(c, p)) || missing.contains(&(c, p)) {
+                        continue;
+                    }
+                    match self.columns.cache.get(&page_key(c, p)) {
+                        Some(d) => {
+                            found.insert((c, p), d);
+                        }
+                        None => missing.push((c, p)),
+                    }
+                }
+            }
+            whole.push(cached);
+        }
+        if !missing.is_empty() {
+            let arrays = self.read_pages(&directory, &missing)?;
+            self.columns
+                .loads
+                .fetch_add(missing.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            for (&(c, p), array) in missing.iter().zip(&arrays) {
+                let data = self.page_data(c, array)?;
+                self.columns.cache.insert(page_key(c, p), data.clone());
+                found.insert((c, p), data);
+            }
+            self.columns.cache.run_pending_tasks();
+        }
+        let mut out = Vec::with_capacity(names.len());
+        for (name, whole) in names.iter().zip(whole) {
+            let c = self.column_index(name)?;
+            let rows = offsets
+                .iter()
+                .map(|&o| match &whole {
+                    Some(d) => Ok((d.clone(), o)),
+                    None => {
+                        let (p, at) = directory.columns[c].locate(o);
+                        found
+                            .get(&(c, p))
+                            .map(|d| (d.clone(), at))
+                            .ok_or_else(|| Error::Internal("page not loaded".into()))
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            out.push(rows);
+        }
+        Ok(out)
+    }
+}
+
+fn vector_rows_of<'a>(
+    view: &FragmentView,
+    name: &str,
+    dim: usize,
+    array: &'a ArrayRef,
+) -> Result<&'a [f32]> {
+    super::vector_rows(&view.path, name, dim, array)
+}
