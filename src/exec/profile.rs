@@ -131,6 +131,12 @@ impl Profile {
             self.merge_ms,
             self.materialise_ms
         ));
+        if self.storage_gets > 0 {
+            s.push_str(&format!(
+                "\nobject storage: {} GETs, {} bytes",
+                self.storage_gets, self.storage_bytes
+            ));
+        }
         if self.graph_walks + self.graph_exact_scans > 0 {
             s.push_str(&format!(
                 "\nhnsw: (query, segment) walks {}  exact scans of filtered rows {}",

@@ -19,7 +19,7 @@ pub struct IoCounts {
     bytes: AtomicU64,
 }
 
-/// A reading of [`IoCounts`].
+/// GET requests and bytes counted so far (session totals or one search's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct StorageIo {
     /// GET requests (whole objects and byte ranges).

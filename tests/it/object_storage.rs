@@ -1,6 +1,7 @@
 //! Datasets on object storage: the storage suite (create, append, delete,
-//! index, optimize, search, versions, corruption checks) on an in-memory
-//! store and on a local S3 server (moto, started by the test), concurrent
+//! index, optimize, search, versions, corruption checks), with paged and
+//! with Arrow IPC fragments, on an in-memory store and on a local S3
+//! server (moto, started by the test), concurrent
 //! writers on one bucket, compaction and cleanup on a store, the disk cache
 //! saving GETs, and unreachable storage as a clear error.
 //!
@@ -14,8 +15,8 @@ use shoal::object_store::memory::InMemory;
 use shoal::object_store::path::Path as ObjectPath;
 use shoal::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use shoal::{
-    BatchQuery, Config, Dataset, Engine, Error, IndexKind, IndexParams, Metric, Query, SearchMode,
-    Session,
+    BatchQuery, Config, Dataset, Engine, Error, FragmentLayout, IndexKind, IndexParams, Metric,
+    Query, SearchMode, Session,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -50,14 +51,27 @@ enum Backend {
 impl Backend {
     /// A session (a replica) with its own disk cache in `cache`.
     fn session(&self, cache: &std::path::Path, url: &str) -> Session {
-        match self {
-            Backend::Memory(store) => {
-                let session = Session::new(config_for(cache, None));
-                session.register_object_store(url, store.clone()).unwrap();
-                session
-            }
-            Backend::S3 { endpoint } => Session::new(config_for(cache, Some(endpoint))),
+        self.session_writing(cache, url, FragmentLayout::Paged)
+    }
+
+    /// [`Backend::session`] writing new fragments in `layout`.
+    fn session_writing(
+        &self,
+        cache: &std::path::Path,
+        url: &str,
+        layout: FragmentLayout,
+    ) -> Session {
+        let endpoint = match self {
+            Backend::Memory(_) => None,
+            Backend::S3 { endpoint } => Some(endpoint.as_str()),
+        };
+        let mut config = config_for(cache, endpoint);
+        config.storage.fragment_layout = layout;
+        let session = Session::new(config);
+        if let Backend::Memory(store) = self {
+            session.register_object_store(url, store.clone()).unwrap();
         }
+        session
     }
 
     /// The store itself, for damaging an object behind shoal's back.
@@ -137,12 +151,17 @@ fn write_both(ds: &mut Dataset, local: &mut Dataset) -> Vec<Row> {
 
 /// The storage suite on `url` (whose object prefix in its bucket or
 /// store is `prefix`).
-fn storage_suite(backend: &Backend, url: &str, bucket: &str, prefix: &str) {
+/// The suite on a dataset whose fragments are written in `layout` (paged,
+/// or Arrow IPC as before manifest format 4), against a local one
+/// written the same way.
+fn storage_suite(backend: &Backend, url: &str, bucket: &str, prefix: &str, layout: FragmentLayout) {
     let caches = tempfile::tempdir().unwrap();
-    let writer = backend.session(&caches.path().join("a"), url);
+    let writer = backend.session_writing(&caches.path().join("a"), url, layout);
     let local_dir = tempfile::tempdir().unwrap();
+    let mut local_config = Config::default();
+    local_config.storage.fragment_layout = layout;
     let mut local =
-        Dataset::create(local_dir.path(), schema(DIM, Metric::L2), Config::default()).unwrap();
+        Dataset::create(local_dir.path(), schema(DIM, Metric::L2), local_config).unwrap();
     let mut ds = writer.create(url, schema(DIM, Metric::L2)).unwrap();
     assert_eq!(ds.uri(), url);
     assert!(matches!(
@@ -150,6 +169,11 @@ fn storage_suite(backend: &Backend, url: &str, bucket: &str, prefix: &str) {
         Err(Error::DatasetExists(_))
     ));
     let rows = write_both(&mut ds, &mut local);
+    assert!(ds
+        .manifest()
+        .fragments
+        .iter()
+        .all(|f| f.paged.is_some() == (layout == FragmentLayout::Paged)));
     assert_eq!(ds.version(), local.version());
     assert_eq!(ds.count_rows(), local.count_rows());
     for b in exact_searches(&rows) {
@@ -221,7 +245,20 @@ fn shoal_get(store: &Arc<dyn ObjectStore>, path: &ObjectPath) -> Vec<u8> {
 #[test]
 fn the_storage_suite_runs_on_an_in_memory_store() {
     let backend = Backend::Memory(Arc::new(InMemory::new()));
-    storage_suite(&backend, "memory:///suite/ds", "", "suite/ds");
+    storage_suite(
+        &backend,
+        "memory:///suite/ds",
+        "",
+        "suite/ds",
+        FragmentLayout::Paged,
+    );
+    storage_suite(
+        &backend,
+        "memory:///suite/old",
+        "",
+        "suite/old",
+        FragmentLayout::ArrowIpc,
+    );
 }
 
 /// Two engines (replicas, each with its own session and cache) append to
@@ -846,6 +883,19 @@ fn s3_server_storage_suite_and_concurrent_writers() {
         ),
         "conditional put honoured: {refused:?}"
     );
-    storage_suite(&backend, "s3://shoal/suite/ds", "shoal", "suite/ds");
+    storage_suite(
+        &backend,
+        "s3://shoal/suite/ds",
+        "shoal",
+        "suite/ds",
+        FragmentLayout::Paged,
+    );
+    storage_suite(
+        &backend,
+        "s3://shoal/suite/old",
+        "shoal",
+        "suite/old",
+        FragmentLayout::ArrowIpc,
+    );
     concurrent_appends(&backend, "s3://shoal/replicas");
 }

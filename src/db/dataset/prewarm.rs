@@ -46,9 +46,11 @@ impl Dataset {
     /// Fetches into the disk cache what searches of `column` (every vector
     /// column that has an index, when `None`) read: the chosen partitions
     /// of its IVF segments, its HNSW segments, every fragment's `id`
-    /// column, and the vectors of fragments no index covers. Nothing is
-    /// loaded into memory. A local dataset has nothing to fetch (the
-    /// report counts no GET). Reports progress as `prewarm`.
+    /// column, and the vectors of fragments no index covers. Partitions
+    /// and pages go to the disk cache only (an HNSW segment loads into
+    /// memory, as its first search would load it). A local dataset has
+    /// nothing to fetch (the report counts no GET). Reports progress as
+    /// `prewarm`.
     pub fn prewarm(
         &self,
         column: Option<&str>,

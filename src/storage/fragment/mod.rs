@@ -159,7 +159,21 @@ impl ColumnData {
 
 /// Key: (file path, column name). Fragment and deletion files never change
 /// once written, so a path names the same bytes for ever.
-type ColumnKey = (Arc<Path>, Arc<str>);
+type ColumnKey = (Arc<Path>, Part);
+
+/// Which part of a file a cache entry holds (a column of any name never
+/// meets a file's metadata or another column's page).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Part {
+    /// A whole column.
+    Column(Arc<str>),
+    /// Page `.1` of a column of a paged file.
+    Page(Arc<str>, u32),
+    /// A deletion file's bitmap.
+    Deletions,
+    /// A paged file's directory.
+    Directory,
+}
 
 /// Columns read from fragment files, bounded in bytes, least recently used
 /// evicted first; shared by every dataset of a session.
@@ -235,7 +249,7 @@ impl ColumnCache {
     /// Is `column` of the fragment file `path` in memory now?
     pub fn contains(&self, path: &Path, column: &str) -> bool {
         self.cache
-            .contains_key(&(Arc::from(path), Arc::from(column)))
+            .contains_key(&(Arc::from(path), Part::Column(Arc::from(column))))
     }
 }
 
@@ -272,7 +286,7 @@ impl FragmentView {
                         .join(file)
                         .as_path(),
                 );
-                let key: ColumnKey = (path, Arc::from("#deleted"));
+                let key: ColumnKey = (path, Part::Deletions);
                 let data = columns.cache.try_get_with(key, || {
                     crate::storage::deletions::read_deletions(root, file, meta)
                         .map(|d| ColumnData::Deletions(Arc::new(d)))
@@ -472,7 +486,7 @@ impl FragmentView {
     /// Columns `names`, from the cache or (all missing ones in one read)
     /// from the file.
     pub fn columns(&self, names: &[&str]) -> Result<Vec<ColumnData>> {
-        let key = |n: &str| -> ColumnKey { (self.path.clone(), Arc::from(n)) };
+        let key = |n: &str| -> ColumnKey { (self.path.clone(), Part::Column(Arc::from(n))) };
         let mut out: Vec<Option<ColumnData>> = names
             .iter()
             .map(|n| self.columns.cache.get(&key(n)))

@@ -2,7 +2,7 @@
 //! directory once per session, whole columns as one run of pages, single
 //! rows as the pages that hold them, each page cached on its own.
 
-use super::{ColumnData, ColumnKey, FragmentView};
+use super::{ColumnData, ColumnKey, FragmentView, Part};
 use crate::error::{Error, Result};
 use crate::kernel::VectorBlocks;
 use crate::storage::paged::{decode_page, PageDirectory};
@@ -26,7 +26,7 @@ impl FragmentView {
         let Some(layout) = self.meta.paged else {
             return Ok(None);
         };
-        let key: ColumnKey = (self.path.clone(), Arc::from("#pages"));
+        let key: ColumnKey = (self.path.clone(), Part::Directory);
         let data = self.columns.cache.try_get_with(key, || {
             self.check_length(layout.directory_offset + layout.directory_len)?;
             let bytes = self
@@ -272,7 +272,7 @@ impl FragmentView {
         let page_key = |c: usize, p: usize| -> ColumnKey {
             (
                 self.path.clone(),
-                Arc::from(format!("{}#{p}", self.schema.columns[c].name)),
+                Part::Page(Arc::from(self.schema.columns[c].name.as_str()), p as u32),
             )
         };
         let mut whole: Vec<Option<ColumnData>> = Vec::with_capacity(names.len());
@@ -283,7 +283,7 @@ impl FragmentView {
             let cached = self
                 .columns
                 .cache
-                .get(&(self.path.clone(), Arc::from(*name)));
+                .get(&(self.path.clone(), Part::Column(Arc::from(*name))));
             if cached.is_none() {
                 for &o in offsets {
                     let p = directory.columns[c].locate(o).0;
