@@ -565,6 +565,12 @@ impl LoadedSegment {
             _ => Error::io(p, e),
         };
         let rel = |file: &str| format!("{INDICES_DIR}/{}/{file}", meta.id);
+        if let Some(remote) = root.remote_side() {
+            // Three independent round trips, made at once.
+            let (directory, model, partitions) =
+                (rel("segment.json"), rel("model.bin"), rel("partitions.bin"));
+            remote.prefetch_files(&[&directory, &model], &[&partitions])?;
+        }
         let dpath = dir.join("segment.json");
         let bytes = root
             .read(&rel("segment.json"))?

@@ -7,7 +7,8 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field};
 use rand::{Rng, SeedableRng};
-use shoal::{ColumnType, Config, Dataset, Metric, Schema};
+use shoal::{ColumnType, Config, Dataset, FragmentMeta, Metric, Schema};
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -346,4 +347,38 @@ pub fn seen(ds: &Dataset, batch: &shoal::BatchQuery) -> Seen {
                 .collect()
         })
         .collect()
+}
+
+/// A paged file's page directory: per schema column, its pages'
+/// `offset..end` byte ranges and rows per page.
+pub struct Directory {
+    /// Per schema column: rows per page, and its pages' byte ranges.
+    pub columns: Vec<(u32, Vec<Range<u64>>)>,
+}
+
+/// Parses the directory of the fragment `meta` from the file's `bytes`.
+pub fn directory_of(meta: &FragmentMeta, bytes: &[u8]) -> Directory {
+    let layout = meta.paged.expect("a paged fragment");
+    let start = layout.directory_offset as usize;
+    let dir = &bytes[start..start + layout.directory_len as usize];
+    assert_eq!(crc32fast::hash(dir), layout.directory_crc32);
+    assert_eq!(&dir[..8], b"SHOALPG1");
+    let u32_at = |at: usize| u32::from_le_bytes(dir[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(dir[at..at + 8].try_into().unwrap());
+    assert_eq!(u64_at(8), meta.rows);
+    let mut at = 20;
+    let mut columns = Vec::new();
+    for _ in 0..u32_at(16) {
+        let (page_rows, pages) = (u32_at(at), u32_at(at + 4));
+        at += 8;
+        let mut ranges = Vec::new();
+        for _ in 0..pages {
+            let (offset, len) = (u64_at(at), u64::from(u32_at(at + 8)));
+            ranges.push(offset..offset + len);
+            at += 16;
+        }
+        columns.push((page_rows, ranges));
+    }
+    assert_eq!(at, dir.len());
+    Directory { columns }
 }

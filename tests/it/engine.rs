@@ -166,19 +166,21 @@ async fn callers_with_sixteen_different_filters_share_one_batch() {
 async fn a_failure_one_caller_causes_is_not_the_batch_mates() {
     let dir = tempfile::tempdir().unwrap();
     let rows = make_data_dir(dir.path(), 31);
-    // The fragments' files by size: 300 rows, 200 rows (indexed), 90 rows
-    // (unindexed). Damage the middle one, which only a filter evaluated on
-    // the partitions (or a row returned from it) reads.
-    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path().join("ds/data"))
+    // Fragments of 300 rows, 200 rows (indexed), 90 rows (unindexed).
+    // Damage the `len` column of the 200-row one, which only a filter
+    // evaluated on the partitions (or a row returned from it) reads.
+    let manifest = shoal::Dataset::open(dir.path().join("ds"))
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort_by_key(|p| std::fs::metadata(p).unwrap().len());
-    let target = &files[1];
-    let mut bytes = std::fs::read(target).unwrap();
-    let middle = bytes.len() / 2;
+        .manifest()
+        .clone();
+    let meta = manifest.fragments.iter().find(|f| f.rows == 200).unwrap();
+    let target = dir.path().join("ds/data").join(&meta.file);
+    let mut bytes = std::fs::read(&target).unwrap();
+    // Schema columns: id, emb, category, len, flag.
+    let len_page = directory_of(meta, &bytes).columns[3].1[0].clone();
+    let middle = ((len_page.start + len_page.end) / 2) as usize;
     bytes[middle] ^= 0x55;
-    std::fs::write(target, bytes).unwrap();
+    std::fs::write(&target, bytes).unwrap();
 
     let engine = Engine::start(config(10_000_000, 2, false), dir.path()).unwrap();
     let ds = engine.dataset("ds").await.unwrap();

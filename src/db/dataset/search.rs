@@ -10,6 +10,7 @@ use crate::exec::Profile;
 use crate::query::{
     BatchInfo, BatchQuery, Query, SearchMode, SearchResponse, SearchResults, ValidatedBatch,
 };
+use crate::storage::FragmentView;
 
 impl Dataset {
     /// Searches for one vector's nearest rows (a batch of one). A
@@ -103,7 +104,19 @@ impl Dataset {
             cancel,
             filters: self.session.filter_cache(),
         };
-        let (candidates, mut profile) = exec::plan::execute(&view, &validated)?;
+        // A remote dataset reads its fragments' page directories while
+        // the scan runs (the hits need them next).
+        let meter_now = crate::storage::io_meter::current();
+        let (candidates, mut profile) = std::thread::scope(|s| {
+            if fragments.iter().any(FragmentView::directory_unread) {
+                let fragments = &fragments;
+                s.spawn(move || {
+                    let _metered = crate::storage::io_meter::enter(meter_now);
+                    fragments.iter().for_each(FragmentView::warm_directory);
+                });
+            }
+            exec::plan::execute(&view, &validated)
+        })?;
         cancel.check()?;
         let t = std::time::Instant::now();
         let projections: Vec<&[String]> = validated

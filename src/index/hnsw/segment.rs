@@ -427,6 +427,11 @@ impl HnswSegment {
             sum.check_bytes(&path, &bytes)?;
             Ok(bytes)
         };
+        if let Some(remote) = self.root.remote_side() {
+            // Both downloads at once.
+            let rel = |name: &str| format!("{INDICES_DIR}/{}/{name}", self.meta.id);
+            remote.prefetch_files(&[&rel("vectors.bin"), &rel("graph.bin")], &[])?;
+        }
         let n = self.rows();
         let vbytes = file("vectors.bin", &d.vectors)?;
         let vpath = self

@@ -251,6 +251,13 @@ impl ColumnCache {
         self.cache
             .contains_key(&(Arc::from(path), Part::Column(Arc::from(column))))
     }
+
+    /// Is page `page` of `column` of the paged fragment file `path` in
+    /// memory now?
+    pub fn contains_page(&self, path: &Path, column: &str, page: u32) -> bool {
+        self.cache
+            .contains_key(&(Arc::from(path), Part::Page(Arc::from(column), page)))
+    }
 }
 
 /// A fragment of a snapshot: its manifest entry and deletions, with its

@@ -72,6 +72,25 @@ impl FragmentView {
         Ok(())
     }
 
+    /// Reads the page directory into memory now (a remote paged file not
+    /// read yet), so that a search's hits later need one round trip, not
+    /// two. Errors are left to the read that needs the directory.
+    pub fn warm_directory(&self) {
+        if self.directory_unread() {
+            let _ = self.directory();
+        }
+    }
+
+    /// Is this a remote paged file whose directory is not in memory?
+    pub fn directory_unread(&self) -> bool {
+        self.meta.paged.is_some()
+            && self.root.remote_side().is_some()
+            && !self
+                .columns
+                .cache
+                .contains_key(&(self.path.clone(), Part::Directory))
+    }
+
     /// Byte ranges of the file, in order (on object storage: adjacent
     /// ones in one GET, several GETs at once, each range kept in the disk
     /// cache).

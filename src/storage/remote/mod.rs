@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+mod prefetch;
 mod ranges;
 
 /// What a dataset location names.
@@ -313,6 +314,9 @@ pub struct Remote {
     /// The last listing of versions and when it was made.
     versions: Mutex<Option<(Instant, Vec<u64>)>>,
     refresh: Duration,
+    /// Sizes of objects learned by [`Remote::size`] (files never change
+    /// once written; a deleted one is forgotten).
+    sizes: Mutex<std::collections::HashMap<String, u64>>,
     /// GETs one read keeps in flight (`storage.max_concurrent_gets`).
     max_gets: usize,
 }
@@ -355,6 +359,7 @@ impl Remote {
             unsent: Mutex::default(),
             versions: Mutex::default(),
             refresh: Duration::from_millis(config.storage.refresh_ms),
+            sizes: Mutex::default(),
             max_gets: config.storage.max_concurrent_gets.max(1),
         })
     }
@@ -635,6 +640,16 @@ impl Remote {
 
     /// The size of the object `rel`, or `None` when there is none.
     pub fn size(&self, rel: &str) -> Result<Option<u64>> {
+        let known = |s: &Self| {
+            s.sizes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(rel)
+                .copied()
+        };
+        if let Some(size) = known(self) {
+            return Ok(Some(size));
+        }
         let (store, path) = (self.store.clone(), self.object(rel));
         let head = block_on(async move {
             match store.head(&path).await {
@@ -643,7 +658,14 @@ impl Remote {
                 Err(e) => Err(e),
             }
         })?;
-        head.map_err(|e| self.unavailable(rel, e))
+        let size = head.map_err(|e| self.unavailable(rel, e))?;
+        if let Some(n) = size {
+            self.sizes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(rel.to_string(), n);
+        }
+        Ok(size)
     }
 
     /// Deletes the object `rel` (a missing one is not an error) and its
@@ -657,6 +679,10 @@ impl Remote {
             }
         })?;
         gone.map_err(|e| self.unavailable(rel, e))?;
+        self.sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(rel);
         let local = self.mirror.join(rel);
         self.disk.files.invalidate(&local);
         let _ = std::fs::remove_file(&local);
