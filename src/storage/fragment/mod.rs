@@ -1,23 +1,23 @@
-//! Fragment files: rows of a dataset as one Arrow IPC file each.
-//!
-//! Writing streams record batches into `data/<id>-<nonce>.arrow` and fsyncs
-//! it (the nonce keeps two racing writers from ever sharing a file name).
+//! Fragment files: rows of a dataset, one file per fragment, in one of
+//! two layouts: *paged* (`data/<id>-<nonce>.cols`, manifest format 4, see
+//! [`crate::storage::paged`]: each column, and each page of rows, readable
+//! alone) or Arrow IPC (`data/<id>-<nonce>.arrow`, every fragment written
+//! before format 4). Writing streams record batches into the file and
+//! fsyncs it (the nonce keeps two racing writers from ever sharing a file
+//! name).
 //!
 //! Reading is by column and on demand: a [`FragmentView`] loads only the
 //! columns a search touches (the vector column for an exact scan, the
-//! columns a filter names, `id` and the projected columns of returned rows)
-//! through the [`ColumnCache`], a byte-bounded moka cache shared by every
-//! dataset of a session. Vector columns are kept in the kernel's
-//! block-transposed layout with precomputed norms; scalar columns as Arrow
-//! arrays copied out of the file's buffers (so a cached `id` column never
-//! pins the vectors it was read next to).
+//! columns a filter names, `id` and the projected columns of returned rows;
+//! of a paged file only the pages holding those rows) through the
+//! [`ColumnCache`], a byte-bounded moka cache shared by every dataset of a
+//! session. Vector columns are kept in the kernel's block-transposed layout
+//! with precomputed norms; scalar columns as Arrow arrays copied out of the
+//! file's buffers (so a cached `id` column never pins the vectors it was
+//! read next to).
 
 use crate::error::{Error, Result};
 use crate::kernel::VectorBlocks;
-use ipc::{open_projected, read_columns, vector_rows};
-
-mod ipc;
-mod paged_reads;
 use crate::storage::checksum::{ChecksumWriter, FileChecksum};
 use crate::storage::manifest::FragmentMeta;
 use crate::storage::paged::{PageDirectory, PagedWriter};
@@ -33,6 +33,10 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+mod ipc;
+mod paged_reads;
+use ipc::{open_projected, read_columns, vector_rows};
 
 /// Directory of fragment files inside a dataset.
 pub const DATA_DIR: &str = "data";

@@ -4,10 +4,13 @@
 //! Every file of the format is immutable once written except the list of
 //! versions, so a remote dataset is served from a local *mirror*: a
 //! directory laid out like a local dataset, under the disk cache
-//! (`cache.disk_dir`). A file is downloaded into it the first time it is
-//! read and then read like a local one (checksums and all); the mirror's
-//! files are weighed in a [`DiskCache`] bounded by `cache.disk_bytes` and
-//! the least recently used are deleted first. A write creates its files in
+//! (`cache.disk_dir`). A small or wholly needed file (a manifest, a
+//! segment's metadata, an Arrow IPC fragment) is downloaded into it the
+//! first time it is read and then read like a local one (checksums and
+//! all); byte ranges (index partitions, pages of paged fragments) are
+//! fetched and kept on their own (`ranges.rs`). The mirror's files are
+//! weighed in a [`DiskCache`] bounded by `cache.disk_bytes` and the least
+//! recently used are deleted first. A write creates its files in
 //! the mirror, uploads them when it commits, and publishes its manifest
 //! with a conditional put (`PutMode::Create`: S3's `If-None-Match: *`), so
 //! two writers on one version never both win. Versions are listed at most
