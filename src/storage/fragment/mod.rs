@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 mod ipc;
 mod paged_reads;
 use ipc::{open_projected, read_columns, vector_rows};
+pub use paged_reads::PageTable;
 
 /// Directory of fragment files inside a dataset.
 pub const DATA_DIR: &str = "data";
@@ -148,15 +149,18 @@ pub enum ColumnData {
     Deletions(Arc<RoaringBitmap>),
     /// A paged file's directory (cached beside its pages).
     Pages(Arc<PageDirectory>),
+    /// The pages of one column of a paged file read so far.
+    PageTable(Arc<PageTable>),
 }
 
 impl ColumnData {
-    fn size_bytes(&self) -> usize {
+    pub(crate) fn size_bytes(&self) -> usize {
         match self {
             ColumnData::Vectors(v) => v.size_bytes(),
             ColumnData::Scalars(a) => a.get_array_memory_size(),
             ColumnData::Deletions(d) => d.serialized_size(),
             ColumnData::Pages(d) => d.size_bytes(),
+            ColumnData::PageTable(t) => t.size_bytes(),
         }
     }
 }
@@ -171,8 +175,8 @@ type ColumnKey = (Arc<Path>, Part);
 enum Part {
     /// A whole column.
     Column(Arc<str>),
-    /// Page `.1` of a column of a paged file.
-    Page(Arc<str>, u32),
+    /// The pages read of a column of a paged file (its [`PageTable`]).
+    Pages(Arc<str>),
     /// A deletion file's bitmap.
     Deletions,
     /// A paged file's directory.
@@ -259,8 +263,13 @@ impl ColumnCache {
     /// Is page `page` of `column` of the paged fragment file `path` in
     /// memory now?
     pub fn contains_page(&self, path: &Path, column: &str, page: u32) -> bool {
-        self.cache
-            .contains_key(&(Arc::from(path), Part::Page(Arc::from(column), page)))
+        match self
+            .cache
+            .get(&(Arc::from(path), Part::Pages(Arc::from(column))))
+        {
+            Some(ColumnData::PageTable(t)) => t.get(page as usize).is_some(),
+            _ => false,
+        }
     }
 }
 

@@ -8,7 +8,6 @@ use crate::kernel::VectorBlocks;
 use crate::storage::paged::{decode_page, PageDirectory};
 use crate::storage::schema::ColumnType;
 use arrow_array::{ArrayRef, RecordBatch};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Columns at chosen rows: per column asked, per row asked, the loaded
@@ -277,9 +276,9 @@ impl FragmentView {
     }
 
     /// Columns `names` at rows `offsets`: from a whole column already in
-    /// memory, else from the pages holding those rows (cached page by
-    /// page; the missing ones of every column read in one call). An Arrow
-    /// IPC file loads the whole columns.
+    /// memory, else from the pages holding those rows (kept in the
+    /// column's [`PageTable`]; the missing ones of every column read in
+    /// one call). An Arrow IPC file loads the whole columns.
     pub fn take(&self, names: &[&str], offsets: &[usize]) -> Result<TakenRows> {
         let Some(directory) = self.directory()? else {
             return Ok(self
@@ -288,36 +287,25 @@ impl FragmentView {
                 .map(|d| offsets.iter().map(|&o| (d.clone(), o)).collect())
                 .collect());
         };
-        let page_key = |c: usize, p: usize| -> ColumnKey {
-            (
-                self.path.clone(),
-                Part::Page(Arc::from(self.schema.columns[c].name.as_str()), p as u32),
-            )
-        };
-        let mut whole: Vec<Option<ColumnData>> = Vec::with_capacity(names.len());
-        let mut found: HashMap<(usize, usize), ColumnData> = HashMap::new();
+        // Per name: the whole column, or the column's page table.
+        let mut sources: Vec<Result<ColumnData, Arc<PageTable>>> = Vec::with_capacity(names.len());
         let mut missing: Vec<(usize, usize)> = Vec::new();
         for name in names {
             let c = self.column_index(name)?;
-            let cached = self
-                .columns
-                .cache
-                .get(&(self.path.clone(), Part::Column(Arc::from(*name))));
-            if cached.is_none() {
-                for &o in offsets {
-                    let p = directory.columns[c].locate(o).0;
-                    if found.contains_key(&(c, p)) || missing.contains(&(c, p)) {
-                        continue;
-                    }
-                    match self.columns.cache.get(&page_key(c, p)) {
-                        Some(d) => {
-                            found.insert((c, p), d);
-                        }
-                        None => missing.push((c, p)),
-                    }
+            let column: Arc<str> = Arc::from(*name);
+            let key = (self.path.clone(), Part::Column(column.clone()));
+            if let Some(whole) = self.columns.cache.get(&key) {
+                sources.push(Ok(whole));
+                continue;
+            }
+            let table = self.page_table(c, &column, &directory)?;
+            for &o in offsets {
+                let p = directory.columns[c].locate(o).0;
+                if table.get(p).is_none() && !missing.contains(&(c, p)) {
+                    missing.push((c, p));
                 }
             }
-            whole.push(cached);
+            sources.push(Err(table));
         }
         if !missing.is_empty() {
             let arrays = self.read_pages(&directory, &missing)?;
@@ -326,23 +314,37 @@ impl FragmentView {
                 .fetch_add(missing.len() as u64, std::sync::atomic::Ordering::Relaxed);
             for (&(c, p), array) in missing.iter().zip(&arrays) {
                 let data = self.page_data(c, array)?;
-                self.columns.cache.insert(page_key(c, p), data.clone());
-                found.insert((c, p), data);
+                // The table this search holds (the cache may have let it go).
+                let table = names
+                    .iter()
+                    .zip(&sources)
+                    .find_map(|(name, source)| match source {
+                        Err(t) if self.schema.columns[c].name == *name => Some(t.clone()),
+                        _ => None,
+                    })
+                    .ok_or_else(|| Error::Internal("page table not held".into()))?;
+                table.fill(p, data);
+                // Inserted again so that the cache weighs its new pages.
+                let column: Arc<str> = Arc::from(self.schema.columns[c].name.as_str());
+                self.columns.cache.insert(
+                    (self.path.clone(), Part::Pages(column)),
+                    ColumnData::PageTable(table),
+                );
             }
             self.columns.cache.run_pending_tasks();
         }
         let mut out = Vec::with_capacity(names.len());
-        for (name, whole) in names.iter().zip(whole) {
+        for (name, source) in names.iter().zip(&sources) {
             let c = self.column_index(name)?;
             let rows = offsets
                 .iter()
-                .map(|&o| match &whole {
-                    Some(d) => Ok((d.clone(), o)),
-                    None => {
+                .map(|&o| match source {
+                    Ok(whole) => Ok((whole.clone(), o)),
+                    Err(table) => {
                         let (p, at) = directory.columns[c].locate(o);
-                        found
-                            .get(&(c, p))
-                            .map(|d| (d.clone(), at))
+                        table
+                            .get(p)
+                            .map(|d| (d, at))
                             .ok_or_else(|| Error::Internal("page not loaded".into()))
                     }
                 })
@@ -350,6 +352,64 @@ impl FragmentView {
             out.push(rows);
         }
         Ok(out)
+    }
+
+    /// The page table of column `c` (named `column`), from the cache or new.
+    fn page_table(
+        &self,
+        c: usize,
+        column: &Arc<str>,
+        directory: &PageDirectory,
+    ) -> Result<Arc<PageTable>> {
+        let key = (self.path.clone(), Part::Pages(column.clone()));
+        let pages = directory.columns[c].pages.len();
+        match self.columns.cache.get_with(key, || {
+            ColumnData::PageTable(Arc::new(PageTable::new(pages)))
+        }) {
+            ColumnData::PageTable(t) => Ok(t),
+            _ => Err(Error::Internal(
+                "page table cache entry of wrong kind".into(),
+            )),
+        }
+    }
+}
+
+/// The pages of one column of a paged file read so far: one slot per
+/// page, each filled once. One cache entry per column, so a search finds
+/// its hits' pages with one cache lookup, not one per page.
+#[derive(Debug)]
+pub struct PageTable {
+    pages: Vec<std::sync::OnceLock<ColumnData>>,
+}
+
+impl PageTable {
+    fn new(pages: usize) -> PageTable {
+        PageTable {
+            pages: (0..pages).map(|_| std::sync::OnceLock::new()).collect(),
+        }
+    }
+
+    /// Page `p`, if read.
+    pub fn get(&self, p: usize) -> Option<ColumnData> {
+        self.pages.get(p).and_then(|slot| slot.get().cloned())
+    }
+
+    /// Fills page `p` (a page filled already keeps its data: the same).
+    fn fill(&self, p: usize, data: ColumnData) {
+        if let Some(slot) = self.pages.get(p) {
+            let _ = slot.set(data);
+        }
+    }
+
+    /// Bytes held: the slots and the pages read.
+    pub fn size_bytes(&self) -> usize {
+        64 + self.pages.len() * std::mem::size_of::<std::sync::OnceLock<ColumnData>>()
+            + self
+                .pages
+                .iter()
+                .filter_map(|s| s.get())
+                .map(ColumnData::size_bytes)
+                .sum::<usize>()
     }
 }
 
