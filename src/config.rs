@@ -55,7 +55,7 @@ pub struct ServerConfig {
     /// Largest request body accepted, in bytes (or a size string).
     #[serde(deserialize_with = "deserialize_size")]
     pub max_body_bytes: u64,
-    /// Bearer token every request but `/healthz` must carry; empty = no
+    /// Bearer token every request but `/healthz` and `/readyz` must carry; empty = no
     /// authentication.
     pub api_key: String,
 }
