@@ -36,6 +36,10 @@ use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"SHOALPG1";
 
+/// How the name of a column's spool file (beside the fragment being
+/// written) begins: `cleanup` removes old ones a crashed writer left.
+pub const SPOOL_PREFIX: &str = ".spool-";
+
 /// Bytes a page aims at: small enough that the id of one hit costs little
 /// to fetch, large enough that a whole column is not thousands of pieces.
 const PAGE_BYTES: usize = 64 << 10;
@@ -314,7 +318,8 @@ impl PagedWriter {
         let arrow = schema.arrow_schema();
         let mut spools = Vec::with_capacity(schema.columns.len());
         for (i, column) in schema.columns.iter().enumerate() {
-            let spool = path.with_file_name(format!(".spool-{:016x}-{i}", rand::random::<u64>()));
+            let spool =
+                path.with_file_name(format!("{SPOOL_PREFIX}{:016x}-{i}", rand::random::<u64>()));
             let file = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)

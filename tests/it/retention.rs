@@ -229,21 +229,32 @@ fn files_no_version_names_are_removed_once_an_hour_old() {
     let old_fragment = dir.path().join("data/99-00000000deadbeef.arrow");
     let old_segment = dir.path().join("indices/ivf_flat-00000000deadbeef");
     let fresh_deletion = dir.path().join("deletions/0-9-00000000deadbeef.bin");
+    // A paged fragment's column spools, left by a writer that crashed: one
+    // old, one fresh (a write in flight).
+    let old_spool = dir.path().join("data/.spool-00000000deadbeef-1");
+    let fresh_spool = dir.path().join("data/.spool-00000000feedbeef-0");
+    std::fs::write(&old_spool, b"spool").unwrap();
+    std::fs::write(&fresh_spool, b"spool").unwrap();
     std::fs::write(&old_fragment, b"orphan").unwrap();
     std::fs::create_dir(&old_segment).unwrap();
     std::fs::write(old_segment.join("model.bin"), b"orphan").unwrap();
     std::fs::write(&fresh_deletion, b"orphan").unwrap();
-    for path in [&old_fragment, &old_segment.join("model.bin"), &old_segment] {
+    for path in [
+        &old_fragment,
+        &old_segment.join("model.bin"),
+        &old_segment,
+        &old_spool,
+    ] {
         std::fs::File::open(path)
             .unwrap()
             .set_modified(hours_ago)
             .unwrap();
     }
     let report = ds.cleanup(1, Duration::ZERO).unwrap();
-    assert_eq!(report.orphans_removed, 2, "{report:?}");
-    assert!(!old_fragment.exists() && !old_segment.exists());
+    assert_eq!(report.orphans_removed, 3, "{report:?}");
+    assert!(!old_fragment.exists() && !old_segment.exists() && !old_spool.exists());
     assert!(
-        fresh_deletion.exists(),
+        fresh_deletion.exists() && fresh_spool.exists(),
         "a fresh file may be a write in flight"
     );
     // The dataset's own files are all still there and answer alike.

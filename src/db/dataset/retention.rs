@@ -169,8 +169,11 @@ fn stored_files(root: &DatasetRoot) -> Result<Vec<(String, u64)>> {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue; // a download or write in progress
+            // A download or write in progress, except the column spools
+            // of a paged fragment being written: a crashed writer's are
+            // orphans like its other files once they are old.
+            if name.starts_with('.') && !name.starts_with(crate::storage::paged::SPOOL_PREFIX) {
+                continue;
             }
             let modified = newest_mtime(&entry.path());
             note(format!("{dir}/{name}"), modified);
