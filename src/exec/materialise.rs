@@ -37,7 +37,7 @@ fn column_value(data: &ColumnData, offset: usize) -> Result<ScalarValue> {
     match data {
         ColumnData::Vectors(v) => Ok(ScalarValue::Vector(v.vector(offset))),
         ColumnData::Scalars(a) => value_at(a.as_ref(), offset),
-        ColumnData::Deletions(_) | ColumnData::Pages(_) | ColumnData::PageTable(_) => {
+        ColumnData::Deletions(_) | ColumnData::Directory(_) | ColumnData::PageTable(_) => {
             Err(Error::Internal("projected a file's metadata".into()))
         }
     }

@@ -127,15 +127,23 @@ pub fn schema_json(schema: &Schema) -> Vec<Value> {
         .collect()
 }
 
+/// Runs `work` (file or storage I/O, parsing) on a blocking thread, off
+/// the runtime's, and answers its result.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> crate::error::Result<T> + Send + 'static,
+) -> crate::error::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Internal(format!("a blocking task failed: {e}")))?
+}
+
 /// What `GET /v1/datasets/{name}` answers: the latest version's schema,
 /// rows, fragments and index segments, and the newest versions.
 pub(super) async fn describe(handle: &DatasetHandle) -> Result<Value, ApiError> {
     let ds = handle.latest();
     let history = {
         let ds = ds.clone();
-        tokio::task::spawn_blocking(move || ds.versions())
-            .await
-            .map_err(|e| Error::Internal(format!("a blocking task failed: {e}")))??
+        blocking(move || ds.versions()).await?
     };
     let total_versions = history.len();
     let versions: Vec<Value> = history
@@ -191,11 +199,10 @@ pub(super) async fn append_rows(
         return Err(Error::InvalidArgument("'rows' is empty: nothing to append".into()).into());
     }
     let schema = handle.latest().schema().clone();
-    let batch = tokio::task::spawn_blocking(move || {
+    let batch = blocking(move || {
         crate::storage::input::json_rows_batch(&body.rows, &schema, "request body")
     })
-    .await
-    .map_err(|e| Error::Internal(format!("a blocking task failed: {e}")))??;
+    .await?;
     let commit = handle.append(vec![batch]).await?;
     Ok(Json(
         json!({ "version": commit.version, "rows": commit.rows }),
@@ -230,9 +237,7 @@ pub(super) async fn get_row(
     let handle = engine.dataset(&name).await?;
     let ds = handle.latest();
     let version = ds.version();
-    let found = tokio::task::spawn_blocking(move || ds.row_by_id(id))
-        .await
-        .map_err(|e| Error::Internal(format!("a blocking task failed: {e}")))??;
+    let found = blocking(move || ds.row_by_id(id)).await?;
     let Some(row) = found else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -275,10 +280,7 @@ pub(super) async fn prewarm(
         Some(list) => crate::db::PrewarmPartitions::Only(list),
         None => crate::db::PrewarmPartitions::All,
     };
-    let report =
-        tokio::task::spawn_blocking(move || ds.prewarm(body.column.as_deref(), &partitions))
-            .await
-            .map_err(|e| Error::Internal(format!("a blocking task failed: {e}")))??;
+    let report = blocking(move || ds.prewarm(body.column.as_deref(), &partitions)).await?;
     Ok(Json(serde_json::to_value(report).map_err(|e| {
         Error::Internal(format!("prewarm report: {e}"))
     })?))

@@ -40,6 +40,20 @@ impl Dataset {
             .collect()
     }
 
+    /// The columns that have an index in this version, sorted, each once
+    /// (segments of one column need not be adjacent in the manifest).
+    pub(crate) fn indexed_columns(&self) -> Vec<String> {
+        let mut columns: Vec<String> = self
+            .manifest
+            .indices
+            .iter()
+            .map(|m| m.column.clone())
+            .collect();
+        columns.sort();
+        columns.dedup();
+        columns
+    }
+
     /// The kind of `column`'s index in this version, if it has one.
     pub fn index_kind(&self, column: &str) -> Option<IndexKind> {
         self.manifest
@@ -155,15 +169,7 @@ impl Dataset {
     /// to do).
     pub fn optimize(&mut self) -> Result<Commit> {
         let rewritten = self.rewrite_arrow_fragments()?;
-        let mut columns: Vec<String> = self
-            .manifest
-            .indices
-            .iter()
-            .map(|m| m.column.clone())
-            .collect();
-        // Segments of one column need not be adjacent in the manifest.
-        columns.sort();
-        columns.dedup();
+        let columns = self.indexed_columns();
         let fragments = self.fragments()?;
         let progress = self.progress.clone();
         let mut built = Vec::new();

@@ -64,17 +64,7 @@ impl Dataset {
                 self.schema.vector_column(Some(name))?;
                 vec![name.to_string()]
             }
-            None => {
-                let mut indexed: Vec<String> = self
-                    .manifest
-                    .indices
-                    .iter()
-                    .map(|s| s.column.clone())
-                    .collect();
-                indexed.sort();
-                indexed.dedup();
-                indexed
-            }
+            None => self.indexed_columns(),
         };
         let mut report = PrewarmReport {
             columns: columns.clone(),

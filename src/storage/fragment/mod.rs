@@ -148,7 +148,7 @@ pub enum ColumnData {
     /// A deletion bitmap (cached beside the columns it applies to).
     Deletions(Arc<RoaringBitmap>),
     /// A paged file's directory (cached beside its pages).
-    Pages(Arc<PageDirectory>),
+    Directory(Arc<PageDirectory>),
     /// The pages of one column of a paged file read so far.
     PageTable(Arc<PageTable>),
 }
@@ -159,13 +159,13 @@ impl ColumnData {
             ColumnData::Vectors(v) => v.size_bytes(),
             ColumnData::Scalars(a) => a.get_array_memory_size(),
             ColumnData::Deletions(d) => d.serialized_size(),
-            ColumnData::Pages(d) => d.size_bytes(),
+            ColumnData::Directory(d) => d.size_bytes(),
             ColumnData::PageTable(t) => t.size_bytes(),
         }
     }
 }
 
-/// Key: (file path, column name). Fragment and deletion files never change
+/// Key: (file path, which part of it). Fragment and deletion files never change
 /// once written, so a path names the same bytes for ever.
 type ColumnKey = (Arc<Path>, Part);
 
@@ -176,7 +176,7 @@ enum Part {
     /// A whole column.
     Column(Arc<str>),
     /// The pages read of a column of a paged file (its [`PageTable`]).
-    Pages(Arc<str>),
+    PageTable(Arc<str>),
     /// A deletion file's bitmap.
     Deletions,
     /// A paged file's directory.
@@ -265,7 +265,7 @@ impl ColumnCache {
     pub fn contains_page(&self, path: &Path, column: &str, page: u32) -> bool {
         match self
             .cache
-            .get(&(Arc::from(path), Part::Pages(Arc::from(column))))
+            .get(&(Arc::from(path), Part::PageTable(Arc::from(column))))
         {
             Some(ColumnData::PageTable(t)) => t.get(page as usize).is_some(),
             _ => false,
@@ -439,41 +439,25 @@ impl FragmentView {
     /// and row order: what compaction rewrites. Read from the file, not
     /// through the column cache.
     pub fn visible_batches(&self) -> Result<Vec<RecordBatch>> {
-        if let Some(directory) = self.directory()? {
-            let all = self.whole_batch(&directory)?;
-            return Ok(match &self.deleted {
-                Some(deleted) => {
-                    let keep = arrow_array::BooleanArray::from_iter(
-                        (0..all.num_rows() as u32).map(|o| Some(!deleted.contains(o))),
-                    );
-                    vec![arrow_select::filter::filter_record_batch(&all, &keep)?]
-                }
-                None => vec![all],
-            });
-        }
-        self.verify()?;
-        let all: Vec<usize> = (0..self.schema.columns.len()).collect();
-        let reader = open_projected(&self.path, self.open_file()?, &self.schema, &all)?;
         let mut out = Vec::new();
         let mut offset = 0u32;
-        for batch in reader {
-            let batch =
-                batch.map_err(|e| Error::corrupt(self.path.to_path_buf(), e.to_string()))?;
+        self.for_each_stored_batch(|batch| {
             let n = batch.num_rows() as u32;
             let batch = match &self.deleted {
                 Some(deleted) if deleted.range(offset..offset + n).next().is_some() => {
                     let keep = arrow_array::BooleanArray::from_iter(
                         (offset..offset + n).map(|o| Some(!deleted.contains(o))),
                     );
-                    arrow_select::filter::filter_record_batch(&batch, &keep)?
+                    arrow_select::filter::filter_record_batch(batch, &keep)?
                 }
-                _ => batch,
+                _ => batch.clone(),
             };
             offset += n;
             if batch.num_rows() > 0 {
                 out.push(batch);
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 

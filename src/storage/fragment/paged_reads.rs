@@ -33,10 +33,10 @@ impl FragmentView {
                 .pop()
                 .ok_or_else(|| Error::Internal("directory read returned nothing".into()))?;
             PageDirectory::decode(&self.path, &bytes, &layout, self.meta.rows, &self.schema)
-                .map(|d| ColumnData::Pages(Arc::new(d)))
+                .map(|d| ColumnData::Directory(Arc::new(d)))
         });
         match data.map_err(|e: Arc<Error>| (*e).clone())? {
-            ColumnData::Pages(d) => Ok(Some(d)),
+            ColumnData::Directory(d) => Ok(Some(d)),
             _ => Err(Error::Internal(
                 "page directory cache entry of wrong kind".into(),
             )),
@@ -327,7 +327,7 @@ impl FragmentView {
                 // Inserted again so that the cache weighs its new pages.
                 let column: Arc<str> = Arc::from(self.schema.columns[c].name.as_str());
                 self.columns.cache.insert(
-                    (self.path.clone(), Part::Pages(column)),
+                    (self.path.clone(), Part::PageTable(column)),
                     ColumnData::PageTable(table),
                 );
             }
@@ -361,7 +361,7 @@ impl FragmentView {
         column: &Arc<str>,
         directory: &PageDirectory,
     ) -> Result<Arc<PageTable>> {
-        let key = (self.path.clone(), Part::Pages(column.clone()));
+        let key = (self.path.clone(), Part::PageTable(column.clone()));
         let pages = directory.columns[c].pages.len();
         match self.columns.cache.get_with(key, || {
             ColumnData::PageTable(Arc::new(PageTable::new(pages)))

@@ -643,15 +643,14 @@ impl Remote {
 
     /// The size of the object `rel`, or `None` when there is none.
     pub fn size(&self, rel: &str) -> Result<Option<u64>> {
-        let known = |s: &Self| {
-            s.sizes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(rel)
-                .copied()
-        };
-        if let Some(size) = known(self) {
-            return Ok(Some(size));
+        let known = self
+            .sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(rel)
+            .copied();
+        if known.is_some() {
+            return Ok(known);
         }
         let (store, path) = (self.store.clone(), self.object(rel));
         let head = block_on(async move {
