@@ -7,7 +7,7 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field};
 use rand::{Rng, SeedableRng};
-use shoal::{ColumnType, Config, Dataset, FragmentMeta, Metric, Schema};
+use shoal::{ColumnType, Config, Dataset, Engine, FragmentMeta, Metric, Schema};
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
@@ -381,4 +381,71 @@ pub fn directory_of(meta: &FragmentMeta, bytes: &[u8]) -> Directory {
     }
     assert_eq!(at, dir.len());
     Directory { columns }
+}
+
+/// A running server on an ephemeral port, stopped on drop.
+pub struct Server {
+    /// `http://127.0.0.1:<port>`.
+    pub url: String,
+    /// Stops the server (taken by a test that stops it itself).
+    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The server's thread (taken with `stop`).
+    pub thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Serves the datasets under `data` with `config`.
+    pub fn start(data: &Path, config: Config) -> Server {
+        let data = data.to_path_buf();
+        Server::serving(move || Engine::start(config, &data).unwrap())
+    }
+
+    /// Serves the engine `make` builds (called inside the server's runtime).
+    pub fn serving(make: impl FnOnce() -> Engine + Send + 'static) -> Server {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let address = listener.local_addr().unwrap();
+                let engine = make();
+                ready_tx.send(address).unwrap();
+                shoal::http::serve(listener, engine, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+            });
+        });
+        let address = ready_rx.recv().unwrap();
+        Server {
+            url: format!("http://{address}"),
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// An HTTP client that answers 4xx and 5xx statuses instead of failing.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
 }

@@ -3,69 +3,11 @@
 //! bad requests get a 4xx JSON error and change nothing, shutdown is clean.
 
 use crate::common::*;
-use shoal::{Config, Engine, Metric, Query};
+use shoal::{Config, Metric, Query};
 use shoal::{IndexKind, IndexParams};
 use std::path::{Path, PathBuf};
-use tokio::sync::oneshot;
 
 const DIM: usize = 16;
-
-/// A running server on an ephemeral port, stopped on drop.
-struct Server {
-    url: String,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Server {
-    fn start(data: &Path, config: Config) -> Server {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let data = data.to_path_buf();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                let address = listener.local_addr().unwrap();
-                let engine = Engine::start(config, &data).unwrap();
-                ready_tx.send(address).unwrap();
-                shoal::http::serve(listener, engine, async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-            });
-        });
-        let address = ready_rx.recv().unwrap();
-        Server {
-            url: format!("http://{address}"),
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into()
-}
 
 /// POSTs `body` as JSON; returns the status and the parsed JSON answer.
 fn post(url: &str, body: &str) -> (u16, serde_json::Value) {

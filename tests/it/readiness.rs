@@ -13,7 +13,6 @@ use shoal::object_store::ObjectStore;
 use shoal::{Config, Engine, IndexKind, IndexParams, Metric, Session};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
 
 const DIM: usize = 16;
 
@@ -28,49 +27,13 @@ fn session(cache: &std::path::Path, store: &Arc<dyn ObjectStore>, prewarm: bool)
     session
 }
 
-/// Serves `data` (a URL) with `session` on an ephemeral port until `stop`.
-fn serve(
-    session: Session,
-    data: &'static str,
-    stop: oneshot::Receiver<()>,
-) -> (String, std::thread::JoinHandle<()>) {
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let address = listener.local_addr().unwrap();
-            let engine = Engine::with_session(session, data).unwrap();
-            ready_tx.send(address).unwrap();
-            shoal::http::serve(listener, engine, async {
-                let _ = stop.await;
-            })
-            .await
-            .unwrap();
-        });
-    });
-    (format!("http://{}", ready_rx.recv().unwrap()), thread)
-}
-
 fn get(url: &str) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut r = agent.get(url).call().unwrap();
+    let mut r = agent().get(url).call().unwrap();
     (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
 }
 
 fn post(url: &str, body: &str) -> (u16, serde_json::Value) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut r = agent
+    let mut r = agent()
         .post(url)
         .header("content-type", "application/json")
         .send(body)
@@ -115,13 +78,11 @@ fn readyz_is_503_until_the_start_up_prewarm_ends_then_searches_send_no_get() {
 
     // A new replica with an empty disk cache.
     let cache = tempfile::tempdir().unwrap();
-    let (stop, stopped) = oneshot::channel();
+    let replica = session(cache.path(), &store, true);
     let started = Instant::now();
-    let (base, thread) = serve(
-        session(cache.path(), &store, true),
-        "memory:///bucket/data",
-        stopped,
-    );
+    let server =
+        Server::serving(move || Engine::with_session(replica, "memory:///bucket/data").unwrap());
+    let base = server.url.clone();
     let (status, body) = get(&format!("{base}/readyz"));
     assert_eq!(status, 503, "ready before the prewarm could end: {body}");
     assert!(body.contains("prewarming"), "{body}");
@@ -187,6 +148,5 @@ fn readyz_is_503_until_the_start_up_prewarm_ends_then_searches_send_no_get() {
         let (status, answer) = post(&format!("{base}/v1/datasets/ds/prewarm"), bad);
         assert_eq!(status, 400, "{bad}: {answer}");
     }
-    let _ = stop.send(());
-    thread.join().unwrap();
+    drop(server);
 }
